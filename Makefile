@@ -1,0 +1,37 @@
+# One command each on a fresh clone: `make test`, `make doc`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install test lint doc bench bench-smoke fuzz clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev,doc]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(PY) -m ruff check onnx_light tests examples benchmarks _doc/conf.py
+	$(PY) -m ruff format --check onnx_light tests examples benchmarks _doc/conf.py
+
+doc: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -b html _doc _doc/_build/html
+
+bench: $(STAMP)
+	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+bench-smoke: $(STAMP)
+	$(PY) benchmarks/run.py --smoke
+
+fuzz: $(STAMP)
+	$(PY) -m pytest -q -m slow tests
+
+clean:
+	rm -rf _doc/_build _doc/auto_examples _doc/sg_execution_times.rst build dist *.egg-info .pytest_cache .ruff_cache
