@@ -1,0 +1,55 @@
+"""``onnx_light.onnx``: onnx's protos and helpers, plus memory-light load and save.
+
+The proto classes are the very classes of the ``onnx`` package, so everything
+interoperates with onnx, onnxruntime and onnx-ir::
+
+    import onnx_light.onnx as onnxl
+
+    model = onnxl.load("model.onnx", num_threads=4)
+    opts = onnxl.SerializeOptions()
+    opts.alignment = 4096
+    onnxl.save(model, "aligned.onnx", location="aligned.onnx.data", options=opts)
+"""
+
+from onnx import (
+    AttributeProto,
+    FunctionProto,
+    GraphProto,
+    ModelProto,
+    NodeProto,
+    OperatorSetIdProto,
+    SparseTensorProto,
+    StringStringEntryProto,
+    TensorProto,
+    TypeProto,
+    ValueInfoProto,
+    helper,
+    numpy_helper,
+)
+
+from ._errors import ExternalDataError
+from ._io import load, save
+from ._options import SerializeOptions
+from ._streaming import align_external_data_streaming, save_model_with_shared_external_data
+
+__all__ = [
+    "AttributeProto",
+    "ExternalDataError",
+    "FunctionProto",
+    "GraphProto",
+    "ModelProto",
+    "NodeProto",
+    "OperatorSetIdProto",
+    "SerializeOptions",
+    "SparseTensorProto",
+    "StringStringEntryProto",
+    "TensorProto",
+    "TypeProto",
+    "ValueInfoProto",
+    "align_external_data_streaming",
+    "helper",
+    "load",
+    "numpy_helper",
+    "save",
+    "save_model_with_shared_external_data",
+]

@@ -1,0 +1,202 @@
+"""The copy engine: move byte ranges file to file, in the kernel when it can.
+
+Three ways, tried in order, as CPython's ``shutil`` does for ``sendfile``:
+
+1. ``os.copy_file_range``: in-kernel, zero copy (reflinks on some filesystems);
+2. ``os.splice`` through a pipe: in-kernel too;
+3. a ``preadv`` / ``pwrite`` loop over one reusable ``chunk_size`` buffer.
+
+An engine falls back only when the kernel says a way is not supported here
+(ENOSYS, EXDEV, EINVAL, EOPNOTSUPP, ...) and then remembers it for the rest of
+its copies. A full disk or an I/O error propagates as OSError. The ``os``
+functions are looked up at call time, so tests can replace them.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+
+UNSUPPORTED = frozenset(
+    {errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOTTY}
+)
+METHODS = ("copy_file_range", "splice", "pread")
+
+
+class _Unsupported(Exception):
+    """Internal: this way of copying is not supported here, after ``copied`` bytes."""
+
+    def __init__(self, copied: int = 0) -> None:
+        super().__init__(copied)
+        self.copied = copied
+
+
+class CopyEngine:
+    """Copies byte ranges between file descriptors and reports progress.
+
+    Args:
+        chunk_size: bytes per system call (and size of the fallback buffer).
+        progress: optional ``progress(done_bytes, total_bytes)``, called after
+            every chunk.
+        total: the total announced to ``progress``.
+        method: the first way to try (one of :data:`METHODS`).
+
+    Use it as a context manager: it owns a pipe once it falls back to splice.
+    """
+
+    def __init__(
+        self,
+        chunk_size: int = 4 * 1024 * 1024,
+        progress: Callable[[int, int], None] | None = None,
+        total: int = 0,
+        method: str = "copy_file_range",
+    ) -> None:
+        if chunk_size <= 0:
+            raise ValueError(f"chunk_size must be > 0, got {chunk_size}")
+        self.chunk_size = chunk_size
+        self.progress = progress
+        self.total = total
+        self.done = 0
+        self.method = method
+        self._pipe: tuple[int, int] | None = None
+        self._buffer: memoryview | None = None
+
+    def __enter__(self) -> CopyEngine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the pipe, if any."""
+        if self._pipe is not None:
+            for fd in self._pipe:
+                os.close(fd)
+            self._pipe = None
+
+    def advance(self, n: int) -> None:
+        """Count ``n`` more bytes as done and tell ``progress``."""
+        self.done += n
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+    def copy(self, src: int, src_off: int, dst: int, dst_off: int, length: int, what: str) -> None:
+        """Copy ``length`` bytes from ``src`` at ``src_off`` to ``dst`` at ``dst_off``.
+
+        Args:
+            src: source file descriptor.
+            src_off: offset in the source.
+            dst: destination file descriptor.
+            dst_off: offset in the destination.
+            length: number of bytes.
+            what: names the tensor and file, for error messages.
+
+        Raises:
+            EOFError: the source ended before ``length`` bytes (truncated file).
+            OSError: disk full, I/O error, or another failure of the system.
+        """
+        done = 0
+        while done < length:
+            step = getattr(self, "_" + self.method)
+            try:
+                done += step(src, src_off + done, dst, dst_off + done, length - done, what)
+            except _Unsupported as e:
+                done += e.copied
+                self.method = METHODS[METHODS.index(self.method) + 1]
+
+    def _check_eof(self, n: int, what: str) -> None:
+        if n == 0:
+            raise EOFError(f"{what}: the source file ended early (truncated while copying?)")
+
+    def _copy_file_range(self, src, src_off, dst, dst_off, remaining, what) -> int:
+        copied = 0
+        while copied < remaining:
+            count = min(self.chunk_size, remaining - copied)
+            try:
+                n = os.copy_file_range(src, dst, count, src_off + copied, dst_off + copied)
+            except AttributeError:
+                raise _Unsupported(copied) from None
+            except OSError as e:
+                if e.errno in UNSUPPORTED:
+                    raise _Unsupported(copied) from None
+                raise
+            self._check_eof(n, what)
+            copied += n
+            self.advance(n)
+        return copied
+
+    def _open_pipe(self) -> tuple[int, int]:
+        if self._pipe is None:
+            self._pipe = os.pipe()
+            try:
+                import fcntl
+
+                fcntl.fcntl(self._pipe[1], fcntl.F_SETPIPE_SZ, min(self.chunk_size, 1 << 20))
+            except (OSError, AttributeError, ImportError):
+                pass
+        return self._pipe
+
+    def _splice(self, src, src_off, dst, dst_off, remaining, what) -> int:
+        if not hasattr(os, "splice"):
+            raise _Unsupported(0)
+        r, w = self._open_pipe()
+        copied = 0
+        while copied < remaining:
+            count = min(self.chunk_size, remaining - copied)
+            try:
+                n = os.splice(src, w, count, offset_src=src_off + copied)
+            except OSError as e:
+                if e.errno in UNSUPPORTED:
+                    raise _Unsupported(copied) from None
+                raise
+            self._check_eof(n, what)
+            pending = n
+            while pending:
+                try:
+                    m = os.splice(r, dst, pending, offset_dst=dst_off + copied)
+                except OSError as e:
+                    if e.errno not in UNSUPPORTED:
+                        raise
+                    # Empty the pipe by hand, then give up on splice.
+                    m = _drain(r, dst, dst_off + copied, pending)
+                    self.advance(m)
+                    raise _Unsupported(copied + m) from None
+                pending -= m
+                copied += m
+                self.advance(m)
+        return copied
+
+    def _pread(self, src, src_off, dst, dst_off, remaining, what) -> int:
+        if self._buffer is None:
+            self._buffer = memoryview(bytearray(self.chunk_size))
+        buf = self._buffer
+        copied = 0
+        while copied < remaining:
+            count = min(self.chunk_size, remaining - copied)
+            n = os.preadv(src, [buf[:count]], src_off + copied)
+            self._check_eof(n, what)
+            pwrite_all(dst, buf[:n], dst_off + copied)
+            copied += n
+            self.advance(n)
+        return copied
+
+
+def _drain(r: int, dst: int, dst_off: int, pending: int) -> int:
+    done = 0
+    while done < pending:
+        data = os.read(r, pending - done)
+        pwrite_all(dst, data, dst_off + done)
+        done += len(data)
+    return done
+
+
+def pwrite_all(fd: int, data, offset: int) -> None:
+    """``pwrite`` all of ``data`` at ``offset``, looping on short writes."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        if n == 0:
+            raise OSError(errno.EIO, "pwrite wrote nothing")
+        view = view[n:]
+        offset += n

@@ -1,0 +1,59 @@
+"""Source files: one read-only descriptor per file, and exact positional reads."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from ._errors import ExternalDataError
+
+
+class FilePool:
+    """One read-only descriptor per source file, closed together.
+
+    Use as a context manager.
+    """
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+
+    def __enter__(self) -> FilePool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def fd(self, path: str) -> int:
+        """The descriptor of ``path``, opened on first use.
+
+        Raises:
+            ExternalDataError: the path is not a regular file once opened.
+        """
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise ExternalDataError(f"external data file {path!r} is not a regular file")
+            self._fds[path] = fd
+        return fd
+
+
+def pread_exact(fd: int, length: int, offset: int, what: str) -> bytes:
+    """Read exactly ``length`` bytes at ``offset``.
+
+    Raises:
+        EOFError: the file is shorter than expected (truncated while reading).
+    """
+    data = os.pread(fd, length, offset)
+    if len(data) == length:
+        return data
+    buf = bytearray(data)
+    while len(buf) < length:
+        more = os.pread(fd, min(length - len(buf), 1 << 30), offset + len(buf))
+        if not more:
+            raise EOFError(f"{what}: the file ended early (truncated while reading?)")
+        buf += more
+    return bytes(buf)

@@ -1,0 +1,203 @@
+"""load and save: ONNX models with external data, aligned and in parallel."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from ._atomic import destination_dir, write_file_atomic
+from ._errors import ExternalDataError
+from ._external import Resolver, TensorRef
+from ._files import FilePool, pread_exact
+from ._options import SerializeOptions, check_num_threads
+from ._plan import SavePlan
+from ._tensors import is_external, iter_tensors
+from ._wire import scan_metadata
+
+PROTOBUF_LIMIT = 2**31 - 1
+
+
+def _check_model_file(path: str) -> int:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"model file {path!r} does not exist") from None
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"model path {path!r} is a folder, not an .onnx file")
+    if st.st_size == 0:
+        raise ValueError(f"model file {path!r} is empty, not an ONNX model")
+    return st.st_size
+
+
+def parse_model(data: bytes, path: str) -> onnx.ModelProto:
+    """Parse serialized model bytes, with an error that names the file.
+
+    Raises:
+        ValueError: the bytes are not an ONNX model.
+    """
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError) as e:
+        raise ValueError(f"{path!r} is not a valid ONNX model: {e}") from None
+    if not model.HasField("graph") and not model.ir_version and not len(model.functions):
+        raise ValueError(f"{path!r} is not a valid ONNX model: no graph, ir_version or function")
+    return model
+
+
+def read_metadata(path: str, threshold: int = 1024) -> tuple[onnx.ModelProto, set]:
+    """Parse a model without reading its inline weights (``skip_raw_data``).
+
+    Returns:
+        ``(model, converted)``: inline raw_data of at least ``threshold`` bytes
+        became references into the file itself; ``converted`` holds their
+        ``(offset, length)``.
+    """
+    path = os.fspath(path)
+    _check_model_file(path)
+    data, converted = scan_metadata(path, threshold)
+    return parse_model(data, path), set(converted)
+
+
+def read_refs(refs: list[TensorRef], num_threads: int):
+    """Yield ``(ref, bytes)`` for each reference, in order, read in parallel.
+
+    At most ``2 * num_threads`` reads are in flight, so memory stays bounded.
+    """
+    with FilePool() as pool:
+        fds = [pool.fd(ref.file) for ref in refs]
+        what = [f"tensor {ref.site.label} in {ref.file!r}" for ref in refs]
+        if num_threads == 1:
+            for ref, fd, w in zip(refs, fds, what, strict=False):
+                yield ref, pread_exact(fd, ref.length, ref.offset, w)
+            return
+        with ThreadPoolExecutor(num_threads) as ex:
+            window = 2 * num_threads
+            futures = []
+            for i, ref in enumerate(refs):
+                futures.append(ex.submit(pread_exact, fds[i], ref.length, ref.offset, what[i]))
+                if len(futures) >= window:
+                    j = i - len(futures) + 1
+                    yield refs[j], futures.pop(0).result()
+            start = len(refs) - len(futures)
+            for k, fut in enumerate(futures):
+                yield refs[start + k], fut.result()
+
+
+def read_external_data(
+    model: onnx.ModelProto, base_dir: str, num_threads: int | None = None
+) -> None:
+    """Read every external tensor of ``model`` into its ``raw_data``, in place.
+
+    All references are checked before anything is read.
+
+    Raises:
+        FileNotFoundError: a referenced file is missing.
+        ExternalDataError: a reference is malformed, unsafe or out of range.
+    """
+    threads = check_num_threads(num_threads)
+    resolver = Resolver(base_dir)
+    refs = [resolver.resolve(s) for s in iter_tensors(model) if is_external(s.tensor)]
+    for ref, data in read_refs(refs, threads):
+        tensor = ref.site.tensor
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        tensor.raw_data = data
+
+
+def load(
+    path: str | os.PathLike,
+    *,
+    load_external_data: bool = True,
+    skip_raw_data: bool = False,
+    num_threads: int | None = None,
+) -> onnx.ModelProto:
+    """Load an ONNX model, its external data read in parallel.
+
+    Args:
+        path: the ``.onnx`` file.
+        load_external_data: read every external tensor into ``raw_data``
+            (the tensors :func:`onnx.load` returns); False keeps the references.
+        skip_raw_data: never read the inline weights of the ``.onnx`` file:
+            every inline raw_data of 1 KiB or more becomes an external
+            reference into the ``.onnx`` file itself (location = its name,
+            offset and length of the bytes). Requires ``load_external_data=False``.
+        num_threads: parallel readers (None: automatic).
+
+    Returns:
+        An :class:`onnx.ModelProto`.
+
+    Raises:
+        FileNotFoundError: the model or one of its data files is missing.
+        ValueError: the file is not an ONNX model, or both
+            ``skip_raw_data`` and ``load_external_data`` are set.
+        ExternalDataError: a reference is malformed, unsafe or out of range.
+    """
+    path = os.fspath(path)
+    threads = check_num_threads(num_threads)
+    if skip_raw_data and load_external_data:
+        raise ValueError("skip_raw_data=True needs load_external_data=False")
+    if skip_raw_data:
+        return read_metadata(path)[0]
+    size = _check_model_file(path)
+    with open(path, "rb") as f:
+        data = f.read(size)
+    model = parse_model(data, path)
+    del data
+    if load_external_data:
+        read_external_data(model, os.path.dirname(os.path.abspath(path)), threads)
+    return model
+
+
+def save(
+    model: onnx.ModelProto,
+    path: str | os.PathLike,
+    location: str | os.PathLike | None = None,
+    *,
+    options: SerializeOptions | None = None,
+) -> None:
+    """Save a model, its big tensors in an aligned external weights file.
+
+    Without ``location`` the model is saved as one file. With it, every tensor
+    whose raw_data holds at least ``options.size_threshold`` bytes goes to the
+    weights file ``location`` at an offset aligned to ``options.alignment``,
+    in the walker's order. The caller's model is not modified; both files are
+    written atomically.
+
+    Args:
+        model: the model to save.
+        path: the destination ``.onnx`` file.
+        location: the weights file: a name (placed next to ``path``) or a path
+            inside ``path``'s folder.
+        options: a :class:`SerializeOptions` (defaults when None).
+
+    Raises:
+        ValueError: the model exceeds 2 GiB without ``location``, or
+            ``location`` lies outside the model's folder.
+        FileNotFoundError: the destination folder or a referenced file is missing.
+        ExternalDataError: an existing reference is unsafe or does not
+            resolve from the destination folder.
+    """
+    options = options if options is not None else SerializeOptions()
+    path = os.path.abspath(os.fspath(path))
+    destination_dir(path)
+    plan = SavePlan(model, path, location, options)
+    if location is None:
+        if plan.inline_bytes > PROTOBUF_LIMIT:
+            raise ValueError(
+                f"model for {path!r} holds {plan.inline_bytes} bytes of tensor data, over "
+                "protobuf's 2 GiB limit: pass location= to store the weights in a second file"
+            )
+        try:
+            data = plan.serialize()
+        except ValueError as e:
+            raise ValueError(f"cannot serialize the model for {path!r}: {e}") from None
+        write_file_atomic(path, data)
+        return
+    plan.write()
+
+
+__all__ = ["load", "save", "ExternalDataError"]

@@ -1,0 +1,135 @@
+"""SerializeOptions: how :func:`onnx_light.onnx.save` lays out weights."""
+
+from __future__ import annotations
+
+import os
+
+
+def check_alignment(value: object) -> int:
+    """Validate an alignment: an int, 0, or a power of two.
+
+    Args:
+        value: the alignment asked for.
+
+    Returns:
+        The alignment, with 0 normalised to 1 (dense).
+
+    Raises:
+        ValueError: when it is not an int, negative or not a power of two.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"alignment must be an int, got {value!r}")
+    if value == 0:
+        return 1
+    if value < 0 or value & (value - 1):
+        raise ValueError(f"alignment must be 0 or a power of two >= 1, got {value}")
+    return value
+
+
+def check_num_threads(value: object) -> int:
+    """Validate ``num_threads`` and resolve ``None`` to an automatic count.
+
+    Args:
+        value: ``None`` (automatic: the number of CPUs, at most 4) or an int >= 1.
+
+    Returns:
+        The number of threads to use.
+
+    Raises:
+        ValueError: when it is not None nor an int >= 1.
+    """
+    if value is None:
+        return max(1, min(4, os.cpu_count() or 1))
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"num_threads must be None or an int >= 1, got {value!r}")
+    return value
+
+
+def check_size_threshold(value: object) -> int:
+    """Validate a size threshold in bytes (an int >= 0).
+
+    Raises:
+        ValueError: when it is not an int >= 0.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"size_threshold must be an int >= 0, got {value!r}")
+    return value
+
+
+class SerializeOptions:
+    """Options of :func:`onnx_light.onnx.save`, mutable and checked on assignment.
+
+    Attributes:
+        alignment: offsets of tensors in the weights file are multiples of it
+            (a power of two; 0 or 1 means dense). Default 0.
+        size_threshold: tensors whose raw data is smaller (in bytes) stay inline
+            in the ``.onnx`` file. Default 1024.
+        use_external_data_location: tensors already stored as external data
+            keep their ``external_data`` entries verbatim (True, default) or have
+            their bytes streamed into the new weights file (False).
+        num_threads: parallel writers; ``None`` picks a number automatically.
+        base_dir: the folder external references are read from when
+            ``use_external_data_location`` is False (the folder the model was
+            loaded from); ``None`` means the destination folder.
+
+    Example::
+
+        opts = SerializeOptions()
+        opts.alignment = 4096
+    """
+
+    __slots__ = (
+        "_alignment",
+        "_size_threshold",
+        "use_external_data_location",
+        "_num_threads",
+        "base_dir",
+    )
+
+    def __init__(
+        self,
+        alignment: int = 0,
+        size_threshold: int = 1024,
+        use_external_data_location: bool = True,
+        num_threads: int | None = None,
+        base_dir: str | os.PathLike | None = None,
+    ) -> None:
+        self.alignment = alignment
+        self.size_threshold = size_threshold
+        self.use_external_data_location = bool(use_external_data_location)
+        self.num_threads = num_threads
+        self.base_dir = base_dir
+
+    @property
+    def alignment(self) -> int:
+        return self._alignment
+
+    @alignment.setter
+    def alignment(self, value: int) -> None:
+        check_alignment(value)
+        self._alignment = value
+
+    @property
+    def size_threshold(self) -> int:
+        return self._size_threshold
+
+    @size_threshold.setter
+    def size_threshold(self, value: int) -> None:
+        self._size_threshold = check_size_threshold(value)
+
+    @property
+    def num_threads(self) -> int | None:
+        return self._num_threads
+
+    @num_threads.setter
+    def num_threads(self, value: int | None) -> None:
+        if value is not None:
+            check_num_threads(value)
+        self._num_threads = value
+
+    def __repr__(self) -> str:
+        return (
+            f"SerializeOptions(alignment={self.alignment}, size_threshold={self.size_threshold}, "
+            f"use_external_data_location={self.use_external_data_location}, "
+            f"num_threads={self.num_threads}, base_dir={self.base_dir!r})"
+        )

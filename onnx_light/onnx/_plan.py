@@ -1,0 +1,136 @@
+"""SavePlan: decide where each tensor of a model goes when it is saved.
+
+Shared by :func:`~onnx_light.onnx.save` and
+:func:`~onnx_light.onnx.save_model_with_shared_external_data`. Every check
+(safe references, destination rules) runs before anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+
+import onnx
+
+from ._atomic import AtomicFiles, weights_destination, write_all
+from ._errors import ExternalDataError
+from ._external import Resolver, external_entries, set_external
+from ._files import FilePool, pread_exact
+from ._layout import Layout, plan_layout
+from ._options import SerializeOptions, check_alignment, check_num_threads
+from ._serialize import serialize_with, strip_raw_data
+from ._tensors import is_external, iter_tensors, tensor_nbytes
+from ._writer import Item, write_weights
+
+
+class SavePlan:
+    """Where every tensor of ``model`` goes when saved to ``path``.
+
+    Args:
+        model: the model (not modified).
+        path: absolute path of the destination ``.onnx``.
+        location: the weights file, or None for a single file.
+        options: the :class:`SerializeOptions`.
+
+    Raises:
+        ValueError: bad options or weights location.
+        FileNotFoundError: a kept reference's file is missing.
+        ExternalDataError: a reference is unsafe, out of range, or would be
+            overwritten by this save.
+    """
+
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        path: str,
+        location: str | os.PathLike | None,
+        options: SerializeOptions,
+    ) -> None:
+        self.model = model
+        self.path = path
+        self.alignment = check_alignment(options.alignment)
+        self.threads = check_num_threads(options.num_threads)
+        self.weights_path = self.location = None
+        if location is not None:
+            self.weights_path, self.location = weights_destination(path, location)
+        folder = os.path.dirname(path)
+        keep = Resolver(folder)
+        base = Resolver(options.base_dir if options.base_dir is not None else folder)
+        outputs = {os.path.realpath(p) for p in (path, self.weights_path) if p}
+        self.items: list[Item] = []
+        self.inline_refs = []  # external tensors to inline in a single-file save
+        self.inline_bytes = 0
+        for site in iter_tensors(model):
+            tensor = site.tensor
+            if is_external(tensor):
+                if options.use_external_data_location:
+                    ref = keep.resolve(site)
+                    if ref.file in outputs:
+                        raise ExternalDataError(
+                            f"tensor {site.label} in {ref.file!r}: this save would overwrite "
+                            "the file holding its bytes; save elsewhere or set "
+                            "options.use_external_data_location = False"
+                        )
+                    continue
+                ref = base.resolve(site)
+                if location is None:
+                    self.inline_refs.append(ref)
+                    self.inline_bytes += ref.length
+                else:
+                    self.items.append(Item(site, ref.length, ref, ref.entries))
+                continue
+            if not tensor.HasField("raw_data"):
+                continue
+            size = tensor_nbytes(tensor)
+            if size is None:
+                size = len(tensor.raw_data)
+            if location is not None and size >= options.size_threshold:
+                self.items.append(Item(site, size))
+            else:
+                self.inline_bytes += size
+        self.layout: Layout = plan_layout(
+            [it.size for it in self.items], self.alignment, [it.key for it in self.items]
+        )
+
+    def substitutions(self) -> dict:
+        """The tensors to serialize in place of the model's own, by path."""
+        subs = {}
+        for item, offset in zip(self.items, self.layout.offsets, strict=False):
+            sub = strip_raw_data(item.site.tensor)
+            set_external(sub, external_entries(self.location, offset, item.size, item.entries))
+            subs[item.site.path] = sub
+        if self.inline_refs:
+            with FilePool() as pool:
+                for ref in self.inline_refs:
+                    sub = strip_raw_data(ref.site.tensor)
+                    what = f"tensor {ref.site.label} in {ref.file!r}"
+                    sub.raw_data = pread_exact(pool.fd(ref.file), ref.length, ref.offset, what)
+                    subs[ref.site.path] = sub
+        return subs
+
+    def serialize(self) -> bytes:
+        """The destination ``.onnx`` bytes."""
+        return serialize_with(self.model, self.substitutions())
+
+    def write(self, *, mutate: bool = False) -> int:
+        """Write the weights file (when any tensor goes there) and the ``.onnx``, atomically.
+
+        Args:
+            mutate: also turn the caller's saved tensors into references to
+                the new weights file, once everything is written.
+
+        Returns:
+            The size of the weights file (0 when none was written).
+        """
+        size = 0
+        with AtomicFiles() as files:
+            if self.items:
+                fd = files.create(self.weights_path)
+                size = write_weights(fd, self.items, self.layout, self.threads)
+            data = self.serialize()
+            write_all(files.create(self.path), data)
+            files.commit()
+        if mutate:
+            for item, offset in zip(self.items, self.layout.offsets, strict=False):
+                pairs = external_entries(self.location, offset, item.size, item.entries)
+                set_external(item.site.tensor, pairs)
+        return size

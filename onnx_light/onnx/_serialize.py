@@ -1,0 +1,103 @@
+"""Serialize a model with some tensors replaced, without copying the others.
+
+``save`` must not modify the caller's model, yet the ``.onnx`` it writes holds
+references instead of the big tensors' raw data. Copying the model would copy
+every weight; instead :func:`serialize_with` encodes the messages on the way to
+a replaced tensor field by field and lets protobuf serialize everything else
+in C. A protobuf message is the concatenation of its fields, so the result
+parses to the model with the substitutions applied.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from ._tensors import Path
+from ._wire import encode_varint
+
+_LEAF = object()
+
+
+def strip_raw_data(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    """A copy of ``tensor`` without ``raw_data``, ``external_data`` and ``data_location``.
+
+    ``raw_data`` is never read, so this costs nothing for a big tensor.
+    """
+    out = onnx.TensorProto()
+    for fd in tensor.DESCRIPTOR.fields:
+        name = fd.name
+        if name in ("raw_data", "external_data", "data_location"):
+            continue
+        if _is_repeated(fd):
+            values = getattr(tensor, name)
+            if len(values):
+                getattr(out, name).extend(values)
+        elif tensor.HasField(name):
+            if fd.message_type is not None:
+                getattr(out, name).CopyFrom(getattr(tensor, name))
+            else:
+                setattr(out, name, getattr(tensor, name))
+    return out
+
+
+def _is_repeated(fd) -> bool:
+    repeated = getattr(fd, "is_repeated", None)
+    if repeated is not None:
+        return repeated
+    return fd.label == fd.LABEL_REPEATED
+
+
+def _trie(subs: dict[Path, onnx.TensorProto]) -> dict:
+    root: dict = {}
+    for path, tensor in subs.items():
+        node = root
+        for step in path[:-1]:
+            node = node.setdefault(step, {})
+        node[path[-1]] = (_LEAF, tensor)
+    return root
+
+
+def _encode(msg, trie: dict) -> bytes:
+    fields = {name for name, _ in trie}
+    rest = type(msg)()
+    parts = []
+    for fd in msg.DESCRIPTOR.fields:
+        name = fd.name
+        if name not in fields:
+            if _is_repeated(fd):
+                values = getattr(msg, name)
+                if len(values):
+                    getattr(rest, name).extend(values)
+            elif msg.HasField(name):
+                if fd.message_type is not None:
+                    getattr(rest, name).CopyFrom(getattr(msg, name))
+                else:
+                    setattr(rest, name, getattr(msg, name))
+            continue
+        tag = encode_varint(fd.number << 3 | 2)
+        items = enumerate(getattr(msg, name)) if _is_repeated(fd) else [(None, getattr(msg, name))]
+        for index, child in items:
+            sub = trie.get((name, index))
+            if sub is None:
+                data = child.SerializeToString()
+            elif isinstance(sub, tuple):
+                data = sub[1].SerializeToString()
+            else:
+                data = _encode(child, sub)
+            parts.append(tag + encode_varint(len(data)) + data)
+    return rest.SerializeToString() + b"".join(parts)
+
+
+def serialize_with(model: onnx.ModelProto, subs: dict[Path, onnx.TensorProto]) -> bytes:
+    """Serialize ``model`` with the tensor at each path replaced.
+
+    Args:
+        model: the model, left unchanged.
+        subs: replacement tensors keyed by their walker path.
+
+    Returns:
+        The serialized model.
+    """
+    if not subs:
+        return model.SerializeToString()
+    return _encode(model, _trie(subs))

@@ -1,0 +1,169 @@
+"""The streaming helpers: re-align a model, or save a variant, without loading weights."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import onnx
+
+from ._atomic import AtomicFiles, destination_dir, weights_destination, write_all
+from ._external import Resolver, external_entries, set_external
+from ._files import FilePool, pread_exact
+from ._io import read_metadata
+from ._layout import plan_layout
+from ._options import SerializeOptions, check_alignment, check_size_threshold
+from ._plan import SavePlan
+from ._tensors import is_external, iter_tensors, tensor_nbytes
+from ._writer import Item, write_weights
+
+
+def _check_args(alignment: object, chunk_size: object, size_threshold: object) -> None:
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
+        raise ValueError(f"alignment must be a power of two >= 1, got {alignment!r}")
+    check_alignment(alignment)
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
+        raise ValueError(f"chunk_size must be an int > 0, got {chunk_size!r}")
+    if size_threshold is not None:
+        check_size_threshold(size_threshold)
+
+
+def align_external_data_streaming(
+    src_onnx_path: str | os.PathLike,
+    dst_onnx_path: str | os.PathLike,
+    dst_weights_path: str | os.PathLike,
+    alignment: int = 4096,
+    chunk_size: int = 4 * 1024 * 1024,
+    *,
+    size_threshold: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Rewrite a model with every external tensor at an aligned offset, streaming its bytes.
+
+    Only the metadata of ``src_onnx_path`` is parsed; each tensor's bytes are
+    copied file to file by the kernel (``copy_file_range``, then ``splice``,
+    then a ``chunk_size`` buffer) into ONE destination weights file, at offsets
+    that are multiples of ``alignment`` (the first at 0, zero padding between).
+    Memory does not grow with the model's size.
+
+    Tensors spread over many source files all land in the one destination
+    file; tensors sharing a source byte range share one copy; extra
+    ``external_data`` keys (e.g. ``checksum``) are kept. Inline tensors stay
+    inline unless ``size_threshold`` is given. Destination == source
+    (re-aligning in place) works: both files are replaced atomically.
+
+    Args:
+        src_onnx_path: the model to re-align.
+        dst_onnx_path: the new ``.onnx``.
+        dst_weights_path: the new weights file: a name (placed next to
+            ``dst_onnx_path``) or a path inside its folder.
+        alignment: a power of two >= 1.
+        chunk_size: bytes per copy call, and between two progress calls.
+        size_threshold: when set, inline tensors with at least this many bytes
+            of raw data move into the weights file too, streamed from the
+            source ``.onnx``.
+        progress: ``progress(done_bytes, total_bytes)``, called at least once
+            per ``chunk_size`` copied and last with ``done == total``.
+
+    Returns:
+        The number of bytes of the destination weights file, padding included.
+
+    Raises:
+        ValueError: bad ``alignment``, ``chunk_size`` or ``size_threshold``, or a
+            weights path outside the destination folder.
+        FileNotFoundError: the source model or a data file is missing (the
+            message names the tensor and the path).
+        ExternalDataError: a reference is malformed, unsafe or out of range.
+        OSError: disk full or I/O error; nothing is left under the destination names.
+
+    .. versionadded:: 0.1
+    """
+    _check_args(alignment, chunk_size, size_threshold)
+    src = os.path.abspath(os.fspath(src_onnx_path))
+    dst = os.path.abspath(os.fspath(dst_onnx_path))
+    destination_dir(dst)
+    weights_path, location = weights_destination(dst, dst_weights_path)
+    model, converted = read_metadata(src)
+    resolver = Resolver(os.path.dirname(src))
+    own_name = os.path.basename(src)
+    items: list[Item] = []
+    inline: list = []  # refs of converted raw_data that go back inline
+    for site in iter_tensors(model):
+        tensor = site.tensor
+        if is_external(tensor):
+            ref = resolver.resolve(site)
+            from_inline = ref.entries["location"] == own_name and (
+                (ref.offset, ref.length) in converted
+            )
+            if from_inline and (size_threshold is None or ref.length < size_threshold):
+                inline.append(ref)
+            else:
+                items.append(Item(site, ref.length, ref, ref.entries))
+        elif size_threshold is not None and tensor.HasField("raw_data"):
+            size = tensor_nbytes(tensor)
+            size = len(tensor.raw_data) if size is None else size
+            if size >= size_threshold:
+                items.append(Item(site, size))
+    layout = plan_layout([it.size for it in items], alignment, [it.key for it in items])
+    with AtomicFiles() as files:
+        fd = files.create(weights_path)
+        total = write_weights(fd, items, layout, 1, chunk_size, progress)
+        with FilePool() as pool:
+            for ref in inline:
+                tensor = ref.site.tensor
+                what = f"tensor {ref.site.label} in {ref.file!r}"
+                data = pread_exact(pool.fd(ref.file), ref.length, ref.offset, what)
+                del tensor.external_data[:]
+                tensor.data_location = onnx.TensorProto.DEFAULT
+                tensor.raw_data = data
+        for item, offset in zip(items, layout.offsets, strict=False):
+            pairs = external_entries(location, offset, item.size, item.entries)
+            set_external(item.site.tensor, pairs)
+        write_all(files.create(dst), model.SerializeToString())
+        files.commit()
+    return total
+
+
+def save_model_with_shared_external_data(
+    model: onnx.ModelProto,
+    dst_onnx_path: str | os.PathLike,
+    options: SerializeOptions | None = None,
+) -> int:
+    """Save a variant model that reuses another model's weights file.
+
+    Tensors already EXTERNAL keep their ``external_data`` entries verbatim: no
+    byte of them is read or written. Each must resolve from
+    ``dst_onnx_path``'s folder; all are checked before anything is written.
+    Inline tensors with at least ``options.size_threshold`` bytes are written
+    to ``dst_onnx_path + ".data"`` at offsets aligned to ``options.alignment``.
+
+    .. note:: The caller's model is modified in place: the tensors written to
+       the new file lose their ``raw_data`` and point at it.
+
+    Args:
+        model: the variant, e.g. loaded with ``load_external_data=False`` and
+            given new tensors.
+        dst_onnx_path: the new ``.onnx``; it must sit where the reused
+            locations resolve (usually next to the first model).
+        options: alignment, size threshold and writer threads
+            (``use_external_data_location`` is always True here).
+
+    Returns:
+        The size of the new ``.data`` file, 0 when no tensor was new (the file
+        is then not created).
+
+    Raises:
+        FileNotFoundError: a reused file is missing.
+        ExternalDataError: a reused reference is unsafe, out of range, or
+            would be overwritten by this save.
+
+    .. versionadded:: 0.1
+    """
+    options = options if options is not None else SerializeOptions()
+    opts = SerializeOptions(
+        options.alignment, options.size_threshold, True, options.num_threads, options.base_dir
+    )
+    path = os.path.abspath(os.fspath(dst_onnx_path))
+    destination_dir(path)
+    plan = SavePlan(model, path, os.path.basename(path) + ".data", opts)
+    return plan.write(mutate=True)

@@ -1,0 +1,237 @@
+"""A protobuf wire-format scanner that skips the weights of an ``.onnx`` file.
+
+:func:`scan_metadata` walks a serialized ModelProto (memory-mapped, so only the
+pages it reads are touched) and returns the same model re-encoded *without*
+the inline ``raw_data`` of its tensors: each raw_data of at least
+``threshold`` bytes becomes an external reference into the ``.onnx`` file
+itself (``location`` = the file's name, ``offset``/``length`` = where its bytes
+lie). Sub-messages shorter than the threshold cannot hold such a tensor and are
+copied verbatim without being decoded, which keeps the scan fast on graphs with
+many nodes.
+
+Nesting deeper than :data:`MAX_DEPTH` messages is rejected, as protobuf does.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+from ._errors import ExternalDataError
+
+MAX_DEPTH = 100
+
+# Which length-delimited fields of each message can lead to a TensorProto.
+_CHILDREN = {
+    "model": {7: "graph", 20: "training", 25: "function"},
+    "graph": {1: "node", 5: "tensor", 15: "sparse"},
+    "node": {5: "attr"},
+    "attr": {5: "tensor", 6: "graph", 10: "tensor", 11: "graph", 22: "sparse", 23: "sparse"},
+    "sparse": {1: "tensor", 2: "tensor"},
+    "function": {7: "node"},
+    "training": {1: "graph", 2: "graph"},
+    "tensor": {},
+}
+_RAW_DATA, _NAME, _EXTERNAL_DATA, _DATA_LOCATION = 9, 8, 13, 14
+
+
+class WireError(ValueError):
+    """The bytes are not a well-formed protobuf message."""
+
+
+def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
+    """Decode a varint at ``pos``; return ``(value, next position)``.
+
+    Raises:
+        WireError: truncated, or longer than 10 bytes.
+    """
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise WireError(f"truncated varint at byte {pos}")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            raise WireError(f"varint too long at byte {pos}")
+
+
+def encode_varint(value: int) -> bytes:
+    """Encode a non-negative int as a varint."""
+    out = bytearray()
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _len_field(number: int, payload: bytes) -> bytes:
+    return encode_varint(number << 3 | 2) + encode_varint(len(payload)) + payload
+
+
+def _entry(key: str, value: str) -> bytes:
+    return _len_field(_EXTERNAL_DATA, _len_field(1, key.encode()) + _len_field(2, value.encode()))
+
+
+def skip_field(buf, pos: int, end: int) -> tuple[int, int, int, int]:
+    """Read one field header and skip its value.
+
+    Returns:
+        ``(field number, wire type, payload start, field end)``; the payload
+        start is only meaningful for length-delimited fields.
+
+    Raises:
+        WireError: malformed or truncated field.
+    """
+    tag, pos = read_varint(buf, pos, end)
+    number, wire = tag >> 3, tag & 7
+    if number == 0:
+        raise WireError(f"field number 0 at byte {pos}")
+    if wire == 0:
+        _, stop = read_varint(buf, pos, end)
+    elif wire == 1:
+        stop = pos + 8
+    elif wire == 2:
+        length, pos = read_varint(buf, pos, end)
+        stop = pos + length
+    elif wire == 5:
+        stop = pos + 4
+    else:
+        raise WireError(f"unsupported wire type {wire} at byte {pos}")
+    if stop > end:
+        raise WireError(f"field {number} runs past the end of its message at byte {pos}")
+    return number, wire, pos, stop
+
+
+class _Scanner:
+    def __init__(self, buf, location: str, threshold: int) -> None:
+        self.buf = buf
+        self.location = location
+        self.threshold = threshold
+        self.converted: list[tuple[int, int]] = []
+
+    @staticmethod
+    def _size(pieces) -> int:
+        return sum(p[1] - p[0] if isinstance(p, tuple) else len(p) for p in pieces)
+
+    @staticmethod
+    def _keep(pieces: list, start: int, stop: int) -> None:
+        if pieces and isinstance(pieces[-1], tuple) and pieces[-1][1] == start:
+            pieces[-1] = (pieces[-1][0], stop)
+        else:
+            pieces.append((start, stop))
+
+    def message(self, kind: str, start: int, end: int, depth: int) -> list | None:
+        """Pieces of the rewritten message, or None when it is unchanged."""
+        if depth > MAX_DEPTH:
+            raise WireError(f"messages nested deeper than {MAX_DEPTH} levels")
+        if kind == "tensor":
+            return self.tensor(start, end)
+        children = _CHILDREN[kind]
+        pieces: list = []
+        changed = False
+        pos = start
+        while pos < end:
+            number, wire, payload, stop = skip_field(self.buf, pos, end)
+            child = children.get(number)
+            if child is not None and wire == 2 and stop - payload >= self.threshold:
+                sub = self.message(child, payload, stop, depth + 1)
+                if sub is not None:
+                    changed = True
+                    pieces.append(encode_varint(number << 3 | 2))
+                    pieces.append(encode_varint(self._size(sub)))
+                    pieces.extend(sub)
+                    pos = stop
+                    continue
+            self._keep(pieces, pos, stop)
+            pos = stop
+        return pieces if changed else None
+
+    def tensor(self, start: int, end: int) -> list | None:
+        pieces: list = []
+        raw = None
+        name = ""
+        external = False
+        pos = start
+        while pos < end:
+            number, wire, payload, stop = skip_field(self.buf, pos, end)
+            if number == _RAW_DATA and wire == 2:
+                raw = (pos, payload, stop)  # the last one wins, as in protobuf
+                pos = stop
+                continue
+            if number == _NAME and wire == 2:
+                name = bytes(self.buf[payload:stop]).decode("utf-8", "replace")
+            elif number == _EXTERNAL_DATA:
+                external = True
+            elif number == _DATA_LOCATION and wire == 0:
+                external = external or read_varint(self.buf, payload, stop)[0] == 1
+            self._keep(pieces, pos, stop)
+            pos = stop
+        if raw is None:
+            return None
+        _, payload, stop = raw
+        if stop - payload < self.threshold:
+            return None  # tiny raw_data stays inline: the message is unchanged
+        if external:
+            raise ExternalDataError(
+                f"tensor {name!r} in {self.location!r}: is EXTERNAL but also carries raw_data"
+            )
+        pieces.append(_entry("location", self.location))
+        pieces.append(_entry("offset", str(payload)))
+        pieces.append(_entry("length", str(stop - payload)))
+        pieces.append(encode_varint(_DATA_LOCATION << 3) + b"\x01")
+        self.converted.append((payload, stop - payload))
+        return pieces
+
+    def join(self, pieces: list) -> bytes:
+        return b"".join(bytes(self.buf[p[0] : p[1]]) if isinstance(p, tuple) else p for p in pieces)
+
+
+def scan_buffer(buf, location: str, threshold: int = 1024) -> tuple[bytes, list[tuple[int, int]]]:
+    """Rewrite a serialized ModelProto, turning big inline raw_data into references.
+
+    Args:
+        buf: the serialized model (bytes, or a memory map).
+        location: the name to record as ``location`` (the file's own name).
+        threshold: raw_data shorter than this stays inline (at least 1).
+
+    Returns:
+        ``(metadata bytes, [(offset, length) of every converted raw_data])``.
+
+    Raises:
+        WireError: the bytes are not a well-formed protobuf message.
+        ExternalDataError: a tensor is EXTERNAL and carries raw_data too.
+    """
+    scanner = _Scanner(buf, location, max(1, threshold))
+    pieces = scanner.message("model", 0, len(buf), 0)
+    if pieces is None:
+        return bytes(buf[:]), []
+    return scanner.join(pieces), scanner.converted
+
+
+def scan_metadata(path: str, threshold: int = 1024) -> tuple[bytes, list[tuple[int, int]]]:
+    """:func:`scan_buffer` over a file, memory-mapped, its weights never read.
+
+    Args:
+        path: the ``.onnx`` file.
+        threshold: raw_data shorter than this stays inline.
+
+    Returns:
+        ``(metadata bytes, converted spans)`` as :func:`scan_buffer`.
+    """
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return b"", []
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            try:
+                return scan_buffer(mm, os.path.basename(path), threshold)
+            except WireError as e:
+                raise WireError(f"{path!r} is not a valid ONNX file: {e}") from None
