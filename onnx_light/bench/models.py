@@ -1,0 +1,60 @@
+"""Synthetic models for examples, benchmarks and tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def make_gemm_model(
+    n_weights: int = 24, dim: int = 1024, seed: int = 0, opset: int = 18
+) -> onnx.ModelProto:
+    """A chain of ``n_weights`` Gemm nodes, each with a ``dim x dim`` float32 weight.
+
+    ``Y = Gemm(...Gemm(X, W0, B0)..., W{n-1}, B{n-1})`` with ``X`` of shape
+    ``[batch, dim]``; biases are small (``dim`` floats). The weights are scaled
+    so the outputs stay finite. The model weighs ``n_weights * dim * dim * 4``
+    bytes (24 x 1024 x 1024 = 96 MiB).
+
+    Args:
+        n_weights: number of Gemm nodes (and weights).
+        dim: size of each square weight.
+        seed: seed of the random weights.
+        opset: the ONNX opset.
+
+    Returns:
+        The model, every weight inline in ``raw_data``.
+    """
+    rng = np.random.default_rng(seed)
+    scale = np.float32(1.0 / np.sqrt(dim))
+    inits, nodes = [], []
+    x = "X"
+    for i in range(n_weights):
+        w = (rng.standard_normal((dim, dim), dtype=np.float32) * scale).astype(np.float32)
+        b = rng.standard_normal(dim, dtype=np.float32) * np.float32(0.01)
+        inits += [numpy_helper.from_array(w, f"W{i}"), numpy_helper.from_array(b, f"B{i}")]
+        y = "Y" if i == n_weights - 1 else f"H{i}"
+        nodes.append(helper.make_node("Gemm", [x, f"W{i}", f"B{i}"], [y], name=f"gemm{i}"))
+        x = y
+    graph = helper.make_graph(
+        nodes,
+        "gemm_chain",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", dim])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", dim])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    return model
+
+
+def model_inputs(dim: int = 1024, batch: int = 2, seed: int = 1) -> dict[str, np.ndarray]:
+    """Inputs for :func:`make_gemm_model`: ``{"X": float32 [batch, dim]}``."""
+    rng = np.random.default_rng(seed)
+    return {"X": rng.standard_normal((batch, dim), dtype=np.float32)}
+
+
+def weights_nbytes(n_weights: int, dim: int) -> int:
+    """Bytes of weights (biases included) of ``make_gemm_model(n_weights, dim)``."""
+    return n_weights * (dim * dim + dim) * 4
