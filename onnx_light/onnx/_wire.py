@@ -1,7 +1,7 @@
 """A protobuf wire-format scanner that skips the weights of an ``.onnx`` file.
 
-:func:`scan_metadata` walks a serialized ModelProto (memory-mapped, so only the
-pages it reads are touched) and returns the same model re-encoded *without*
+:func:`scan_metadata` walks a serialized ModelProto (read through small
+positional reads, so only the blocks holding metadata are ever read) and returns the same model re-encoded *without*
 the inline ``raw_data`` of its tensors: each raw_data of at least
 ``threshold`` bytes becomes an external reference into the ``.onnx`` file
 itself (``location`` = the file's name, ``offset``/``length`` = where its bytes
@@ -14,7 +14,6 @@ Nesting deeper than :data:`MAX_DEPTH` messages is rejected, as protobuf does.
 
 from __future__ import annotations
 
-import mmap
 import os
 
 from ._errors import ExternalDataError
@@ -216,8 +215,56 @@ def scan_buffer(buf, location: str, threshold: int = 1024) -> tuple[bytes, list[
     return scanner.join(pieces), scanner.converted
 
 
+class FileBuffer:
+    """Read-only, indexable view of a file, read in small blocks with ``pread``.
+
+    The scanner indexes it like bytes (``buf[i]``, ``buf[a:b]``). Only the blocks
+    it touches are read, one or two kept at a time. (A memory map would do, but
+    the kernel maps whole large folios on a fault, so touching one byte per
+    tensor header would count megabytes of weights in the resident set.)
+    """
+
+    BLOCK = 64 * 1024
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd = fd
+        self.size = size
+        self._blocks: dict[int, bytes] = {}
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _block(self, index: int) -> bytes:
+        block = self._blocks.get(index)
+        if block is None:
+            if len(self._blocks) >= 2:
+                self._blocks.pop(next(iter(self._blocks)))
+            block = os.pread(self.fd, self.BLOCK, index * self.BLOCK)
+            self._blocks[index] = block
+        return block
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            start, stop, _ = key.indices(self.size)
+            if stop - start > self.BLOCK:
+                return os.pread(self.fd, stop - start, start)
+            return (
+                b"".join(
+                    self._block(i)[
+                        max(start, i * self.BLOCK) - i * self.BLOCK : stop - i * self.BLOCK
+                    ]
+                    for i in range(start // self.BLOCK, (stop - 1) // self.BLOCK + 1)
+                )
+                if stop > start
+                else b""
+            )
+        if key < 0 or key >= self.size:
+            raise IndexError(key)
+        return self._block(key // self.BLOCK)[key % self.BLOCK]
+
+
 def scan_metadata(path: str, threshold: int = 1024) -> tuple[bytes, list[tuple[int, int]]]:
-    """:func:`scan_buffer` over a file, memory-mapped, its weights never read.
+    """:func:`scan_buffer` over a file, its weights never read.
 
     Args:
         path: the ``.onnx`` file.
@@ -228,10 +275,7 @@ def scan_metadata(path: str, threshold: int = 1024) -> tuple[bytes, list[tuple[i
     """
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return b"", []
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            try:
-                return scan_buffer(mm, os.path.basename(path), threshold)
-            except WireError as e:
-                raise WireError(f"{path!r} is not a valid ONNX file: {e}") from None
+        try:
+            return scan_buffer(FileBuffer(f.fileno(), size), os.path.basename(path), threshold)
+        except WireError as e:
+            raise WireError(f"{path!r} is not a valid ONNX file: {e}") from None

@@ -1,0 +1,207 @@
+"""Shared model builders and helpers for the tests."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+DIM = 256
+
+
+def _arr(rng, *shape, dtype=np.float32):
+    return (rng.standard_normal(shape) * 0.05).astype(dtype)
+
+
+def make_runnable_model(seed: int = 0) -> onnx.ModelProto:
+    """A model onnxruntime runs, with tensors of many kinds, all >= 1 KiB.
+
+    Initializers (Gemm), a Constant's ``value`` attribute, a sparse
+    initializer, an If whose branches hold a Constant and a subgraph
+    initializer, and a local function whose body holds a Constant.
+    """
+    rng = np.random.default_rng(seed)
+    d = DIM
+    w0, b0 = _arr(rng, d, d), _arr(rng, d)
+    dense = np.zeros((d, d), np.float32)
+    flat = rng.choice(d * d, 400, replace=False)
+    flat.sort()
+    dense.flat[flat] = _arr(rng, 400)
+    sparse = helper.make_sparse_tensor(
+        numpy_helper.from_array(dense.flat[flat].astype(np.float32), "SW"),
+        numpy_helper.from_array(flat.astype(np.int64), "SW_idx"),
+        [d, d],
+    )
+    then_g = helper.make_graph(
+        [
+            helper.make_node(
+                "Constant", [], ["T2"], value=numpy_helper.from_array(_arr(rng, d), "T2v")
+            ),
+            helper.make_node("Add", ["H2", "T2"], ["then_out"]),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("then_out", TensorProto.FLOAT, [2, d])],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Sub", ["H2", "T3"], ["else_out"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, [2, d])],
+        [numpy_helper.from_array(_arr(rng, d), "T3")],
+    )
+    fn = helper.make_function(
+        "local",
+        "AddBias",
+        ["x"],
+        ["y"],
+        [
+            helper.make_node(
+                "Constant", [], ["c"], value=numpy_helper.from_array(_arr(rng, d), "T4")
+            ),
+            helper.make_node("Add", ["x", "c"], ["y"]),
+        ],
+        [helper.make_opsetid("", 18)],
+    )
+    nodes = [
+        helper.make_node("Gemm", ["X", "W0", "B0"], ["H0"]),
+        helper.make_node("Constant", [], ["C1"], value=numpy_helper.from_array(_arr(rng, d), "T1")),
+        helper.make_node("Add", ["H0", "C1"], ["H1"]),
+        helper.make_node("MatMul", ["H1", "SW"], ["H2"]),
+        helper.make_node("If", ["cond"], ["H3"], then_branch=then_g, else_branch=else_g),
+        helper.make_node("AddBias", ["H3"], ["Y"], domain="local"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "kinds",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, d]),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, d])],
+        [numpy_helper.from_array(w0, "W0"), numpy_helper.from_array(b0, "B0")],
+        sparse_initializer=[sparse],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("local", 1)],
+        functions=[fn],
+    )
+    model.ir_version = 9
+    return model
+
+
+def make_every_kind_model(seed: int = 0) -> onnx.ModelProto:
+    """A model (not meant to run) with a tensor in every place the walker knows."""
+    model = make_runnable_model(seed)
+    rng = np.random.default_rng(seed + 1)
+    sp = helper.make_sparse_tensor(
+        numpy_helper.from_array(_arr(rng, 300), "spv"),
+        numpy_helper.from_array(np.arange(300, dtype=np.int64), "spi"),
+        [1000],
+    )
+    inner = helper.make_graph(
+        [
+            helper.make_node(
+                "Constant", [], ["deep"], value=numpy_helper.from_array(_arr(rng, 300), "deep_t")
+            )
+        ],
+        "inner",
+        [],
+        [helper.make_tensor_value_info("deep", TensorProto.FLOAT, [300])],
+        [numpy_helper.from_array(_arr(rng, 400), "inner_init")],
+    )
+    node = helper.make_node("Custom", [], ["z"], domain="custom")
+    node.attribute.extend(
+        [
+            helper.make_attribute(
+                "ts", [numpy_helper.from_array(_arr(rng, 300), f"list{i}") for i in range(2)]
+            ),
+            helper.make_attribute("sp", sp),
+            helper.make_attribute("sps", [sp]),
+            helper.make_attribute("gs", [inner]),
+            helper.make_attribute("tiny", numpy_helper.from_array(np.ones(3, np.float32), "tiny")),
+        ]
+    )
+    model.graph.node.append(node)
+    ti = model.training_info.add()
+    ti.initialization.CopyFrom(
+        helper.make_graph(
+            [], "init", [], [], [numpy_helper.from_array(_arr(rng, 500), "train_init")]
+        )
+    )
+    return model
+
+
+def tensor_bytes(model: onnx.ModelProto) -> dict:
+    """{(path, name): raw bytes} of every tensor of a fully loaded model."""
+    from onnx_light.onnx._tensors import iter_tensors, path_to_str
+
+    out = {}
+    for site in iter_tensors(model):
+        t = site.tensor
+        out[path_to_str(site.path)] = numpy_helper.to_array(t).tobytes()
+    return out
+
+
+def sha256(path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def folder_digest(folder) -> dict:
+    """{file name: sha256} of every file in ``folder``."""
+    return {n: sha256(os.path.join(folder, n)) for n in sorted(os.listdir(folder))}
+
+
+def run_ort(path, model_inputs=None):
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    feeds = model_inputs or {
+        "X": rng.standard_normal((2, DIM)).astype(np.float32),
+        "cond": np.array(True),
+    }
+    return sess.run(None, feeds)
+
+
+def external_offsets(path) -> list[tuple[str, int, int]]:
+    """(location, offset, length) of every external tensor of the model at ``path``."""
+    from onnx_light.onnx._tensors import is_external, iter_tensors
+
+    model = onnx.load(str(path), load_external_data=False)
+    out = []
+    for site in iter_tensors(model):
+        if is_external(site.tensor):
+            e = {x.key: x.value for x in site.tensor.external_data}
+            out.append((e["location"], int(e.get("offset", 0)), int(e["length"])))
+    return out
+
+
+def save_two_file(model, path, location=None, size_threshold=1024, per_tensor=False):
+    """Save a deep copy of ``model`` with onnx as a two-file (or per-tensor) model."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    onnx.save(
+        copy,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=not per_tensor,
+        location=None if per_tensor else (location or os.path.basename(str(path)) + ".data"),
+        size_threshold=size_threshold,
+        convert_attribute=True,
+    )
+
+
+@pytest.fixture
+def runnable():
+    return make_runnable_model()
+
+
+@pytest.fixture
+def every_kind():
+    return make_every_kind_model()

@@ -1,0 +1,169 @@
+"""skip_raw_data: the wire scanner against protobuf's own parse."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from conftest import make_every_kind_model, save_two_file, tensor_bytes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import helper, numpy_helper
+
+import onnx_light.onnx as onnxl
+from onnx_light.onnx._tensors import is_external, iter_tensors, path_to_str
+from onnx_light.onnx._wire import WireError, encode_varint, read_varint, scan_buffer
+
+
+def _resolve_self_refs(meta: onnx.ModelProto, data: bytes) -> onnx.ModelProto:
+    """Put back the bytes the scanner replaced by references into ``data``."""
+    for site in iter_tensors(meta):
+        t = site.tensor
+        if is_external(t):
+            e = {x.key: x.value for x in t.external_data}
+            off, n = int(e["offset"]), int(e["length"])
+            del t.external_data[:]
+            t.ClearField("data_location")
+            t.raw_data = data[off : off + n]
+    return meta
+
+
+def test_skip_raw_data_every_kind(tmp_path):
+    model = make_every_kind_model()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    meta = onnxl.load(path, load_external_data=False, skip_raw_data=True)
+    data = path.read_bytes()
+    converted = 0
+    for site in iter_tensors(meta):
+        t = site.tensor
+        if is_external(t):
+            converted += 1
+            e = {x.key: x.value for x in t.external_data}
+            assert e["location"] == "m.onnx"
+            off, n = int(e["offset"]), int(e["length"])
+            assert n >= 1024
+            assert not t.HasField("raw_data")
+    # every tensor over 1 KiB was converted, the tiny one stayed inline
+    assert converted == 17
+    assert meta.ByteSize() < 8192
+    back = _resolve_self_refs(meta, data)
+    assert back.SerializeToString() == onnx.load(str(path)).SerializeToString() or tensor_bytes(
+        back
+    ) == tensor_bytes(model)
+    assert tensor_bytes(back) == tensor_bytes(model)
+
+
+def test_skip_raw_data_keeps_external_references(tmp_path):
+    model = make_every_kind_model()
+    save_two_file(model, tmp_path / "m.onnx")
+    meta = onnxl.load(tmp_path / "m.onnx", load_external_data=False, skip_raw_data=True)
+    plain = onnxl.load(tmp_path / "m.onnx", load_external_data=False)
+    kept = 0
+    for a, b in zip(iter_tensors(meta), iter_tensors(plain)):
+        assert a.path == b.path
+        if is_external(b.tensor):
+            kept += 1
+            assert a.tensor.SerializeToString() == b.tensor.SerializeToString()
+        elif len(b.tensor.raw_data) >= 1024:
+            assert {e.key: e.value for e in a.tensor.external_data}["location"] == "m.onnx"
+    assert kept >= 10
+
+
+def test_skip_with_load_external_is_error(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(make_every_kind_model(), str(path))
+    with pytest.raises(ValueError, match="skip_raw_data"):
+        onnxl.load(path, skip_raw_data=True)
+
+
+def test_varint_roundtrip_and_errors():
+    for v in [0, 1, 127, 128, 300, 2**32, 2**63 - 1]:
+        enc = encode_varint(v)
+        assert read_varint(enc, 0, len(enc)) == (v, len(enc))
+    with pytest.raises(WireError):
+        read_varint(b"\x80\x80", 0, 2)
+    with pytest.raises(WireError):
+        read_varint(b"\xff" * 11, 0, 11)
+
+
+_DTYPES = [np.float32, np.float16, np.int64, np.uint8, np.float64]
+
+
+@st.composite
+def random_models(draw):
+    """Models with tensors of random sizes (around the 1 KiB threshold) in random places."""
+    n = draw(st.integers(1, 6))
+    inits, nodes, sparse = [], [], []
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    for i in range(n):
+        dtype = draw(st.sampled_from(_DTYPES))
+        size = draw(st.sampled_from([0, 1, 100, 255, 256, 257, 600, 2000]))
+        arr = rng.integers(0, 100, size).astype(dtype)
+        t = numpy_helper.from_array(arr, f"t{i}")
+        if draw(st.booleans()):
+            t.doc_string = "d" * draw(st.integers(0, 3000))
+        where = draw(st.sampled_from(["init", "const", "sparse", "subgraph", "function"]))
+        if where == "init":
+            inits.append(t)
+        elif where == "const":
+            nodes.append(helper.make_node("Constant", [], [f"c{i}"], value=t))
+        elif where == "sparse" and size:
+            idx = numpy_helper.from_array(np.arange(size, dtype=np.int64), f"i{i}")
+            sparse.append(helper.make_sparse_tensor(t, idx, [size]))
+        elif where == "subgraph":
+            sub = helper.make_graph([], f"s{i}", [], [], [t])
+            nodes.append(helper.make_node("If", ["c"], [f"o{i}"], then_branch=sub, else_branch=sub))
+        else:
+            inits.append(t)
+    graph = helper.make_graph(nodes, "g", [], [], inits, sparse_initializer=sparse)
+    graph.doc_string = "x" * draw(st.integers(0, 2000))
+    return helper.make_model(graph)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_models(), st.sampled_from([1, 64, 1024]))
+def test_scanner_matches_protobuf(model, threshold):
+    data = model.SerializeToString()
+    meta_bytes, converted = scan_buffer(data, "self.onnx", threshold)
+    meta = onnx.ModelProto()
+    meta.ParseFromString(meta_bytes)
+    for off, n in converted:
+        assert n >= threshold
+    back = _resolve_self_refs(meta, data)
+    expected = onnx.ModelProto()
+    expected.ParseFromString(data)
+    assert {path_to_str(s.path): s.tensor.SerializeToString() for s in iter_tensors(back)} == {
+        path_to_str(s.path): s.tensor.SerializeToString() for s in iter_tensors(expected)
+    }
+    back_graph = onnx.ModelProto()
+    back_graph.CopyFrom(back)
+    assert back_graph.graph.doc_string == expected.graph.doc_string
+
+
+_PEAK_SCRIPT = r"""
+import sys
+import onnx_light.onnx as onnxl
+from onnx_light.bench import PeakMemory
+with PeakMemory() as m:
+    model = onnxl.load(sys.argv[1], load_external_data=False, skip_raw_data=True)
+print(m.growth, m.exact)
+"""
+
+
+def test_skip_raw_data_memory_does_not_grow_with_model(tmp_path):
+    """A 256 MiB single-file model is skip-loaded with far less than 64 MiB of growth."""
+    from onnx_light.bench import make_gemm_model
+
+    path = tmp_path / "big.onnx"
+    onnx.save(make_gemm_model(64, 1024), str(path))
+    assert os.path.getsize(path) > 256 * 2**20
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK_SCRIPT, str(path)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    growth, exact = int(out[0]), out[1] == "True"
+    if not exact:
+        pytest.skip("the kernel does not let VmHWM be reset here")
+    assert growth < 32 * 2**20
