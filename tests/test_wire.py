@@ -43,16 +43,12 @@ def test_skip_raw_data_every_kind(tmp_path):
             converted += 1
             e = {x.key: x.value for x in t.external_data}
             assert e["location"] == "m.onnx"
-            off, n = int(e["offset"]), int(e["length"])
-            assert n >= 1024
+            assert int(e["length"]) >= 1024
             assert not t.HasField("raw_data")
     # every tensor over 1 KiB was converted, the tiny one stayed inline
     assert converted == 17
     assert meta.ByteSize() < 8192
     back = _resolve_self_refs(meta, data)
-    assert back.SerializeToString() == onnx.load(str(path)).SerializeToString() or tensor_bytes(
-        back
-    ) == tensor_bytes(model)
     assert tensor_bytes(back) == tensor_bytes(model)
 
 
