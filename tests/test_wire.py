@@ -126,7 +126,7 @@ def test_scanner_matches_protobuf(model, threshold):
     meta_bytes, converted = scan_buffer(data, "self.onnx", threshold)
     meta = onnx.ModelProto()
     meta.ParseFromString(meta_bytes)
-    for off, n in converted:
+    for _off, n in converted:
         assert n >= threshold
     back = _resolve_self_refs(meta, data)
     expected = onnx.ModelProto()
