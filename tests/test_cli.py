@@ -1,0 +1,369 @@
+"""The ``onnx-light`` command line: align, info, verify, errors and exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import onnx_light
+import onnx_light.onnx as onnxl
+from onnx_light.bench import make_gemm_model, weights_nbytes
+from onnx_light.cli import build_parser, main
+
+N, DIM = 4, 64
+NAMES = [f"{k}{i}" for i in range(N) for k in ("W", "B")]
+
+
+def save_model(folder, name="m.onnx", location="m.data", external=True) -> str:
+    """A fresh Gemm model saved with onnx (two files, or one when not external)."""
+    path = str(folder / name)
+    model = make_gemm_model(N, DIM)  # onnx.save mutates it: one model per save
+    if external:
+        onnx.save(model, path, save_as_external_data=True, location=location, size_threshold=0)
+    else:
+        onnx.save(model, path)
+    return path
+
+
+def arrays(path) -> dict[str, np.ndarray]:
+    """Every initializer of a model read by onnx itself."""
+    model = onnx.load(str(path))
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+def assert_same_tensors(a, b) -> None:
+    ta, tb = arrays(a), arrays(b)
+    assert sorted(ta) == sorted(tb) == sorted(NAMES)
+    for name in ta:
+        assert ta[name].dtype == tb[name].dtype
+        np.testing.assert_array_equal(ta[name], tb[name])
+
+
+def external_entries(path) -> dict[str, dict[str, str]]:
+    model = onnxl.load(path, load_external_data=False)
+    return {
+        t.name: {e.key: e.value for e in t.external_data}
+        for t in model.graph.initializer
+        if t.data_location == onnx.TensorProto.EXTERNAL
+    }
+
+
+def assert_one_error_line(err: str, *words: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("onnx-light: error: ")
+    assert "Traceback" not in err
+    for w in words:
+        assert w in lines[0]
+
+
+class TtyStringIO(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+# align ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("alignment", [4096, 65536])
+def test_align_end_to_end(tmp_path, capsys, alignment):
+    src = save_model(tmp_path)
+    dst = str(tmp_path / "out.onnx")
+    assert main(["align", src, dst, "--alignment", str(alignment)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    size = os.path.getsize(dst + ".data")
+    assert f"wrote {size} bytes" in out and "8 tensors" in out and str(alignment) in out
+    entries = external_entries(dst)
+    assert sorted(entries) == sorted(NAMES)
+    for e in entries.values():
+        assert e["location"] == "out.onnx.data"
+        assert int(e["offset"]) % alignment == 0
+    assert_same_tensors(src, dst)
+    assert os.path.exists(str(tmp_path / "m.data"))  # the source is untouched
+
+
+def test_align_weights_chunk_quiet(tmp_path, capsys):
+    src = save_model(tmp_path)
+    dst = str(tmp_path / "out.onnx")
+    argv = ["align", src, dst, "--weights", "w.bin", "--alignment", "64K"]
+    assert main([*argv, "--chunk-size", "1K", "--quiet"]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert {e["location"] for e in external_entries(dst).values()} == {"w.bin"}
+    assert all(int(e["offset"]) % 65536 == 0 for e in external_entries(dst).values())
+    assert not os.path.exists(dst + ".data")
+    assert_same_tensors(src, dst)
+
+
+def test_align_in_place(tmp_path):
+    src = save_model(tmp_path)
+    before = arrays(src)
+    assert main(["align", src, src, "--weights", "m.data", "-q"]) == 0
+    assert all(int(e["offset"]) % 4096 == 0 for e in external_entries(src).values())
+    after = arrays(src)
+    for name, a in before.items():
+        np.testing.assert_array_equal(a, after[name])
+
+
+def test_align_size_threshold_single_file(tmp_path, capsys):
+    src = save_model(tmp_path, external=False)
+    dst = str(tmp_path / "out.onnx")
+    assert main(["align", src, dst, "--size-threshold", "1KiB"]) == 0
+    assert "4 tensors" in capsys.readouterr().out  # the 4 weights; biases stay inline
+    assert sorted(external_entries(dst)) == ["W0", "W1", "W2", "W3"]
+    assert_same_tensors(src, dst)
+
+
+def test_align_text_progress_bar(tmp_path, capsys, monkeypatch):
+    src = save_model(tmp_path)
+    err = TtyStringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm -> ImportError
+    assert main(["align", src, str(tmp_path / "out.onnx"), "--chunk-size", "4K"]) == 0
+    text = err.getvalue()
+    assert text.startswith("\ralign m.onnx [") and text.endswith("\n")
+    total = os.path.getsize(tmp_path / "out.onnx.data")
+    assert "100%" in text.splitlines()[-1] and "KiB" in text
+    assert total > 0 and "wrote" in capsys.readouterr().out
+
+
+def test_align_tqdm_progress_bar(tmp_path, monkeypatch):
+    pytest.importorskip("tqdm")
+    src = save_model(tmp_path)
+    err = TtyStringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    assert main(["align", src, str(tmp_path / "out.onnx"), "--chunk-size", "4K"]) == 0
+    assert "align m.onnx" in err.getvalue()
+
+
+def test_align_no_bar_when_quiet_or_not_a_tty(tmp_path, capsys, monkeypatch):
+    src = save_model(tmp_path)
+    assert main(["align", src, str(tmp_path / "a.onnx")]) == 0
+    assert capsys.readouterr().err == ""
+    err = TtyStringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    assert main(["align", src, str(tmp_path / "b.onnx"), "--quiet"]) == 0
+    assert err.getvalue() == ""
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--alignment", "3", "power of two"),
+        ("--alignment", "0", "power of two"),
+        ("--chunk-size", "0", "must be > 0"),
+        ("--chunk-size", "lots", "not a byte count"),
+        ("--size-threshold", "-1", "must be >= 0"),
+    ],
+)
+def test_align_bad_usage_exit_2(tmp_path, capsys, option, value, message):
+    src = save_model(tmp_path)
+    dst = tmp_path / "out.onnx"
+    assert main(["align", src, str(dst), option, value]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not dst.exists()
+
+
+# info ----------------------------------------------------------------------
+
+
+def test_info_table(tmp_path, capsys):
+    src = save_model(tmp_path)
+    assert main(["info", src]) == 0
+    out = capsys.readouterr().out
+    assert "8 tensors, 8 external" in out
+    header = next(line for line in out.splitlines() if line.startswith("name"))
+    for col in ("dtype", "shape", "location", "offset", "length", "offset 2^k"):
+        assert col in header
+    w1 = next(line for line in out.splitlines() if line.startswith("W1 "))
+    # onnx.save packs tensors back to back: W1 follows W0 (16384) and B0 (256)
+    assert w1.split() == ["W1", "FLOAT", "[64,", "64]", "m.data", "16640", "16384", "256"]
+    b0 = next(line for line in out.splitlines() if line.startswith("B0 "))
+    assert b0.split()[-3:] == ["16384", "256", "16384"]
+    total = weights_nbytes(N, DIM)
+    assert any(line.split()[:3] == ["m.data", "8", str(total)] for line in out.splitlines())
+    assert "aligned to 4096: no" in out and "aligned to 65536: no" in out
+
+    dst = str(tmp_path / "out.onnx")
+    assert main(["align", src, dst, "--alignment", "65536", "-q"]) == 0
+    assert main(["info", dst]) == 0
+    out = capsys.readouterr().out
+    assert "aligned to 4096: yes" in out and "aligned to 65536: yes" in out
+
+
+def test_info_json(tmp_path, capsys):
+    src = save_model(tmp_path)
+    assert main(["info", src, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [t["name"] for t in doc["tensors"]] == [n for i in range(N) for n in (f"W{i}", f"B{i}")]
+    w1 = doc["tensors"][2]
+    assert w1 == {
+        "name": "W1",
+        "path": "graph.initializer[2]",
+        "dtype": "FLOAT",
+        "shape": [64, 64],
+        "location": "m.data",
+        "offset": 16640,
+        "length": 16384,
+        "offset_pow2": 256,
+    }
+    assert doc["tensors"][0]["offset_pow2"] is None  # offset 0: any power of two
+    total = weights_nbytes(N, DIM)
+    assert doc["files"] == [
+        {"location": "m.data", "tensors": 8, "bytes": total, "file_size": total}
+    ]
+    assert doc["external_tensors"] == 8
+    assert doc["alignment"] == 256
+    assert doc["aligned"] == {"4096": False, "65536": False}
+
+    dst = str(tmp_path / "out.onnx")
+    assert main(["align", src, dst, "-q"]) == 0
+    assert main(["info", "--json", dst]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["aligned"] == {"4096": True, "65536": False}
+    assert doc["alignment"] == 4096
+    assert doc["files"][0]["file_size"] == os.path.getsize(dst + ".data")
+
+
+def test_info_inline_model(tmp_path, capsys):
+    src = save_model(tmp_path, external=False)
+    assert main(["info", src, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["external_tensors"] == 0
+    assert all(t["location"] is None and t["offset"] is None for t in doc["tensors"])
+    assert doc["tensors"][0]["length"] == DIM * DIM * 4
+    assert doc["files"] == [
+        {"location": None, "tensors": 8, "bytes": weights_nbytes(N, DIM), "file_size": None}
+    ]
+    assert main(["info", src]) == 0
+    out = capsys.readouterr().out
+    assert "inline" in out and "aligned to 4096: yes (no external tensors)" in out
+
+
+def test_info_does_not_read_weights(tmp_path, capsys):
+    src = save_model(tmp_path)
+    os.remove(tmp_path / "m.data")
+    assert main(["info", src, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["tensors"]) == 8 and doc["files"][0]["file_size"] is None
+
+
+# verify --------------------------------------------------------------------
+
+
+def test_verify_ok(tmp_path, capsys):
+    src = save_model(tmp_path)
+    assert main(["verify", src]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("OK ") and "8 external tensors" in out
+
+
+def corrupt(path, changes: dict[str, dict[str, str]]) -> None:
+    """Rewrite some external_data entries of a model, its weights untouched."""
+    model = onnx.load(path, load_external_data=False)
+    for t in model.graph.initializer:
+        for e in t.external_data:
+            if e.key in changes.get(t.name, {}):
+                e.value = changes[t.name][e.key]
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+
+
+def test_verify_corrupted_references(tmp_path, capsys):
+    src = save_model(tmp_path)
+    corrupt(
+        src,
+        {
+            "W1": {"offset": "1000000"},  # past the end of the file
+            "B2": {"length": "128"},  # does not match dtype x dims
+            "W3": {"location": "missing.data"},
+            "B3": {"location": "../escape.data"},
+        },
+    )
+    assert main(["verify", src]) == 1
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
+    assert len(lines) == 4, captured.out
+    for line, name, word in zip(
+        lines, ["W1", "B2", "W3", "B3"], ["past the end", "128", "missing.data", ".."], strict=True
+    ):
+        assert f"'{name}'" in line and word in line
+    assert_one_error_line(captured.err, "4 bad reference(s)")
+
+
+# errors, help, version -----------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["info", "verify", "align"])
+def test_missing_model_exit_1(tmp_path, capsys, command):
+    missing = str(tmp_path / "nope.onnx")
+    argv = [command, missing] + ([str(tmp_path / "out.onnx")] if command == "align" else [])
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert_one_error_line(captured.err, "nope.onnx", "does not exist")
+
+
+def test_not_an_onnx_file_exit_1(tmp_path, capsys):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\xff" * 100)
+    assert main(["info", str(bad)]) == 1
+    assert_one_error_line(capsys.readouterr().err, "bad.onnx")
+
+
+def test_align_missing_weights_file_exit_1(tmp_path, capsys):
+    src = save_model(tmp_path)
+    os.remove(tmp_path / "m.data")
+    dst = tmp_path / "out.onnx"
+    assert main(["align", src, str(dst)]) == 1
+    assert_one_error_line(capsys.readouterr().err, "m.data")
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx"]  # nothing left behind
+
+
+def test_align_weights_outside_folder_exit_1(tmp_path, capsys):
+    src = save_model(tmp_path)
+    (tmp_path / "sub").mkdir()
+    dst = str(tmp_path / "sub" / "out.onnx")
+    assert main(["align", src, dst, "--weights", str(tmp_path / "w.data")]) == 1
+    assert_one_error_line(capsys.readouterr().err, "inside the model's folder")
+
+
+def test_align_destination_is_a_folder_exit_1(tmp_path, capsys):
+    src = save_model(tmp_path)
+    (tmp_path / "d.onnx").mkdir()
+    assert main(["align", src, str(tmp_path / "d.onnx")]) == 1
+    assert_one_error_line(capsys.readouterr().err, "d.onnx", "is a folder")
+    assert sorted(os.listdir(tmp_path)) == ["d.onnx", "m.data", "m.onnx"]
+
+
+def test_help_and_version(capsys):
+    for command in ("align", "info", "verify"):
+        assert main([command, "--help"]) == 0
+        assert capsys.readouterr().out.startswith(f"usage: onnx-light {command}")
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"onnx-light {onnx_light.__version__}"
+    assert main([]) == 2
+    assert "required" in capsys.readouterr().err
+    help_text = build_parser().format_help()
+    assert all(c in help_text for c in ("align", "info", "verify"))
+
+
+def test_python_m_onnx_light(tmp_path):
+    run = [sys.executable, "-m", "onnx_light"]
+    proc = subprocess.run([*run, "--help"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("usage: onnx-light")
+    assert all(c in proc.stdout for c in ("align", "info", "verify"))
+    missing = str(tmp_path / "nope.onnx")
+    proc = subprocess.run([*run, "verify", missing], capture_output=True, text=True, check=False)
+    assert proc.returncode == 1
+    assert_one_error_line(proc.stderr, "nope.onnx")
