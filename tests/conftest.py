@@ -148,6 +148,31 @@ def tensor_bytes(model: onnx.ModelProto) -> dict:
     return out
 
 
+def read_back(path) -> dict:
+    """{path: bytes} of every tensor of the model at ``path``, read independently.
+
+    onnx.load leaves sparse tensors external, so external bytes are read here
+    with plain file reads, independent of onnx-light.
+    """
+    from onnx_light.onnx._tensors import is_external, iter_tensors, path_to_str
+
+    folder = os.path.dirname(str(path))
+    model = onnx.load(str(path), load_external_data=False)
+    out = {}
+    for site in iter_tensors(model):
+        t = site.tensor
+        if is_external(t):
+            e = {x.key: x.value for x in t.external_data}
+            with open(os.path.join(folder, e["location"]), "rb") as f:
+                f.seek(int(e.get("offset", 0)))
+                data = f.read(int(e["length"])) if "length" in e else f.read()
+            del t.external_data[:]
+            t.ClearField("data_location")
+            t.raw_data = data
+        out[path_to_str(site.path)] = numpy_helper.to_array(t).tobytes()
+    return out
+
+
 def sha256(path) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()

@@ -1,0 +1,200 @@
+"""save: one file, two files, alignment, kept or streamed references, atomicity."""
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from conftest import (
+    external_offsets,
+    folder_digest,
+    make_runnable_model,
+    read_back,
+    run_ort,
+    save_two_file,
+    tensor_bytes,
+)
+
+import onnx_light.onnx as onnxl
+from onnx_light.onnx import _io, _plan
+
+
+def _opts(**kw):
+    opts = onnxl.SerializeOptions()
+    for k, v in kw.items():
+        setattr(opts, k, v)
+    return opts
+
+
+def test_options_are_checked():
+    opts = onnxl.SerializeOptions()
+    assert (opts.alignment, opts.size_threshold, opts.use_external_data_location) == (0, 1024, True)
+    opts.alignment = 4096
+    assert opts.alignment == 4096
+    for bad in (3, -4, 1.0, "4096"):
+        with pytest.raises(ValueError, match="alignment"):
+            opts.alignment = bad
+    with pytest.raises(ValueError, match="size_threshold"):
+        opts.size_threshold = -1
+    with pytest.raises(ValueError, match="num_threads"):
+        opts.num_threads = 0
+
+
+def test_one_file_round_trip(tmp_path, every_kind):
+    before = every_kind.SerializeToString()
+    onnxl.save(every_kind, tmp_path / "m.onnx")
+    assert os.listdir(tmp_path) == ["m.onnx"]
+    assert onnx.load(str(tmp_path / "m.onnx")).SerializeToString() == before
+    assert every_kind.SerializeToString() == before
+
+
+@pytest.mark.parametrize("alignment", [0, 1, 64, 4096, 65536])
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_two_files_aligned(tmp_path, every_kind, alignment, threads):
+    before = every_kind.SerializeToString()
+    onnxl.save(
+        every_kind,
+        tmp_path / "m.onnx",
+        "w.data",
+        options=_opts(alignment=alignment, num_threads=threads),
+    )
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "w.data"]
+    assert every_kind.SerializeToString() == before, "the caller's model changed"
+    refs = external_offsets(tmp_path / "m.onnx")
+    assert len(refs) == 17  # every tensor but the 12-byte one
+    step = max(alignment, 1)
+    assert all(loc == "w.data" and off % step == 0 for loc, off, _ in refs)
+    offsets = [off for _, off, _ in refs]
+    assert offsets == sorted(offsets) and offsets[0] == 0, "walker order, first at 0"
+    assert os.path.getsize(tmp_path / "w.data") == refs[-1][1] + refs[-1][2]
+    assert read_back(tmp_path / "m.onnx") == tensor_bytes(every_kind)
+
+
+def test_onnxruntime_same_outputs(tmp_path, runnable):
+    onnxl.save(runnable, tmp_path / "ref.onnx")
+    expected = run_ort(tmp_path / "ref.onnx")
+    onnxl.save(runnable, tmp_path / "m.onnx", "m.onnx.data", options=_opts(alignment=4096))
+    got = run_ort(tmp_path / "m.onnx")
+    for a, b in zip(expected, got):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_size_threshold(tmp_path, every_kind):
+    onnxl.save(every_kind, tmp_path / "m.onnx", "w.data", options=_opts(size_threshold=1700))
+    sizes = [n for _, _, n in external_offsets(tmp_path / "m.onnx")]
+    assert sizes and min(sizes) >= 1700
+    onnxl.save(every_kind, tmp_path / "z.onnx", "z.data", options=_opts(size_threshold=0))
+    assert len(external_offsets(tmp_path / "z.onnx")) == 18
+
+
+def test_location_with_folder(tmp_path, every_kind):
+    (tmp_path / "weights").mkdir()
+    onnxl.save(every_kind, tmp_path / "m.onnx", tmp_path / "weights" / "w.bin")
+    assert {loc for loc, _, _ in external_offsets(tmp_path / "m.onnx")} == {"weights/w.bin"}
+    assert read_back(tmp_path / "m.onnx") == tensor_bytes(every_kind)
+
+
+def test_location_outside_folder_is_refused_before_writing(tmp_path, every_kind):
+    (tmp_path / "a").mkdir()
+    with pytest.raises(ValueError, match="inside the model's folder"):
+        onnxl.save(every_kind, tmp_path / "a" / "m.onnx", tmp_path / "w.data")
+    assert os.listdir(tmp_path / "a") == [] and sorted(os.listdir(tmp_path)) == ["a"]
+
+
+def test_over_protobuf_limit_asks_for_location(tmp_path, every_kind, monkeypatch):
+    monkeypatch.setattr(_io, "PROTOBUF_LIMIT", 10_000)
+    with pytest.raises(ValueError, match="location"):
+        onnxl.save(every_kind, tmp_path / "m.onnx")
+    assert os.listdir(tmp_path) == []
+
+
+def test_external_kept_verbatim(tmp_path, every_kind):
+    onnxl.save(every_kind, tmp_path / "src.onnx", "src.onnx.data")
+    meta = onnxl.load(tmp_path / "src.onnx", load_external_data=False)
+    digest = folder_digest(tmp_path)
+    onnxl.save(meta, tmp_path / "copy.onnx", "copy.data")
+    assert external_offsets(tmp_path / "copy.onnx") == external_offsets(tmp_path / "src.onnx")
+    assert not (tmp_path / "copy.data").exists(), "nothing new to write"
+    assert {k: v for k, v in folder_digest(tmp_path).items() if k in digest} == digest
+    assert read_back(tmp_path / "copy.onnx") == tensor_bytes(every_kind)
+
+
+def test_external_kept_must_resolve_from_destination(tmp_path, every_kind):
+    save_two_file(every_kind, tmp_path / "src.onnx")
+    meta = onnxl.load(tmp_path / "src.onnx", load_external_data=False)
+    (tmp_path / "other").mkdir()
+    with pytest.raises(FileNotFoundError, match="src.onnx.data"):
+        onnxl.save(meta, tmp_path / "other" / "m.onnx", "m.data")
+    assert os.listdir(tmp_path / "other") == []
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_external_streamed_from_base_dir(tmp_path, every_kind, threads):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "dst").mkdir()
+    save_two_file(every_kind, tmp_path / "src" / "m.onnx", per_tensor=True)
+    digest = folder_digest(tmp_path / "src")
+    meta = onnxl.load(tmp_path / "src" / "m.onnx", load_external_data=False)
+    opts = _opts(
+        alignment=4096,
+        use_external_data_location=False,
+        base_dir=tmp_path / "src",
+        num_threads=threads,
+    )
+    onnxl.save(meta, tmp_path / "dst" / "m.onnx", "m.data", options=opts)
+    assert sorted(os.listdir(tmp_path / "dst")) == ["m.data", "m.onnx"]
+    assert all(off % 4096 == 0 for _, off, _ in external_offsets(tmp_path / "dst" / "m.onnx"))
+    assert read_back(tmp_path / "dst" / "m.onnx") == tensor_bytes(every_kind)
+    assert folder_digest(tmp_path / "src") == digest
+
+
+def test_skip_loaded_model_saved_elsewhere(tmp_path, every_kind):
+    """A skip_raw_data model streams its bytes out of the source .onnx."""
+    onnx.save(every_kind, str(tmp_path / "src.onnx"))
+    meta = onnxl.load(tmp_path / "src.onnx", load_external_data=False, skip_raw_data=True)
+    opts = _opts(use_external_data_location=False, base_dir=tmp_path, alignment=64)
+    onnxl.save(meta, tmp_path / "out.onnx", "out.data", options=opts)
+    assert read_back(tmp_path / "out.onnx") == tensor_bytes(every_kind)
+    onnxl.save(meta, tmp_path / "single.onnx", options=opts)
+    assert read_back(tmp_path / "single.onnx") == tensor_bytes(every_kind)
+
+
+def test_refuses_to_overwrite_its_own_source(tmp_path, every_kind):
+    save_two_file(every_kind, tmp_path / "m.onnx", location="m.data")
+    digest = folder_digest(tmp_path)
+    meta = onnxl.load(tmp_path / "m.onnx", load_external_data=False)
+    with pytest.raises(onnxl.ExternalDataError, match="overwrite"):
+        onnxl.save(meta, tmp_path / "m.onnx", "m.data")
+    assert folder_digest(tmp_path) == digest
+    # streaming the bytes instead re-aligns in place, atomically
+    opts = _opts(use_external_data_location=False, alignment=4096)
+    onnxl.save(meta, tmp_path / "m.onnx", "m.data", options=opts)
+    assert all(off % 4096 == 0 for _, off, _ in external_offsets(tmp_path / "m.onnx"))
+    assert read_back(tmp_path / "m.onnx") == tensor_bytes(every_kind)
+
+
+def test_failure_leaves_nothing_and_keeps_existing_files(tmp_path, every_kind, monkeypatch):
+    onnxl.save(make_runnable_model(seed=5), tmp_path / "m.onnx", "w.data")
+    digest = folder_digest(tmp_path)
+
+    def boom(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_plan, "write_weights", boom)
+    with pytest.raises(OSError, match="No space"):
+        onnxl.save(every_kind, tmp_path / "m.onnx", "w.data")
+    assert folder_digest(tmp_path) == digest
+
+
+def test_missing_destination_folder(tmp_path, every_kind):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        onnxl.save(every_kind, tmp_path / "nope" / "m.onnx", "w.data")
+
+
+def test_raw_data_not_matching_dims(tmp_path):
+    t = onnx.numpy_helper.from_array(np.zeros(1000, np.float32), "bad")
+    t.raw_data = t.raw_data[:-4]
+    g = onnx.helper.make_graph([], "g", [], [], [t])
+    with pytest.raises(ValueError, match="'bad'"):
+        onnxl.save(onnx.helper.make_model(g), tmp_path / "m.onnx", "w.data")
+    assert os.listdir(tmp_path) == []
