@@ -198,3 +198,13 @@ def test_raw_data_not_matching_dims(tmp_path):
     with pytest.raises(ValueError, match="'bad'"):
         onnxl.save(onnx.helper.make_model(g), tmp_path / "m.onnx", "w.data")
     assert os.listdir(tmp_path) == []
+
+
+def test_destination_is_a_folder(tmp_path, every_kind):
+    (tmp_path / "d.onnx").mkdir()
+    with pytest.raises(IsADirectoryError, match="d.onnx"):
+        onnxl.save(every_kind, tmp_path / "d.onnx", "w.data")
+    (tmp_path / "w.data").mkdir()
+    with pytest.raises(IsADirectoryError, match="w.data"):
+        onnxl.save(every_kind, tmp_path / "m.onnx", "w.data")
+    assert sorted(os.listdir(tmp_path)) == ["d.onnx", "w.data"]

@@ -18,17 +18,20 @@ TMP_SUFFIX = ".onnx-light-tmp"
 
 
 def destination_dir(path: str) -> str:
-    """The folder of ``path``, which must exist.
+    """The folder of the destination file ``path``, which must exist.
 
     Raises:
         FileNotFoundError: the folder does not exist.
         NotADirectoryError: it is not a folder.
+        IsADirectoryError: ``path`` itself is an existing folder.
     """
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.exists(folder):
         raise FileNotFoundError(f"destination folder {folder!r} does not exist")
     if not os.path.isdir(folder):
         raise NotADirectoryError(f"destination folder {folder!r} is not a folder")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"destination {path!r} is a folder, not a file name")
     return folder
 
 
@@ -63,6 +66,7 @@ def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[st
             )
     if target == os.path.abspath(onnx_path):
         raise ValueError(f"weights file {location!r} cannot be the model file itself")
+    destination_dir(target)
     return target, os.path.relpath(target, folder).replace(os.sep, "/")
 
 
