@@ -1,0 +1,119 @@
+"""The copy engine: every way gives the same bytes; only 'unsupported' falls back."""
+
+import errno
+import os
+
+import pytest
+
+from onnx_light.onnx import _copy
+from onnx_light.onnx._copy import CopyEngine
+
+
+def _enosys(*a, **k):
+    raise OSError(errno.ENOSYS, "not here")
+
+
+@pytest.fixture
+def files(tmp_path):
+    data = os.urandom(3 * 1024 * 1024 + 123)
+    (tmp_path / "src").write_bytes(data)
+    src = os.open(tmp_path / "src", os.O_RDONLY)
+    dst = os.open(tmp_path / "dst", os.O_RDWR | os.O_CREAT)
+    yield data, src, dst, tmp_path / "dst"
+    os.close(src)
+    os.close(dst)
+
+
+def _copy_ranges(src, dst, chunk=256 * 1024):
+    calls = []
+    with CopyEngine(chunk, lambda d, t: calls.append((d, t)), total=2_000_000 + 700_000) as eng:
+        eng.copy(src, 1000, dst, 4096, 2_000_000, "tensor 'a' in 'src'")
+        eng.copy(src, 5, dst, 3 * 1024 * 1024, 700_000, "tensor 'b' in 'src'")
+        method = eng.method
+    return calls, method
+
+
+@pytest.mark.parametrize("broken", [(), ("copy_file_range",), ("copy_file_range", "splice")])
+def test_each_way_same_bytes(files, monkeypatch, broken):
+    data, src, dst, dst_path = files
+    for name in broken:
+        monkeypatch.setattr(os, name, _enosys)
+    calls, method = _copy_ranges(src, dst)
+    assert method == ["copy_file_range", "splice", "pread"][len(broken)]
+    out = dst_path.read_bytes()
+    assert out[4096 : 4096 + 2_000_000] == data[1000 : 1000 + 2_000_000]
+    assert out[3 * 1024 * 1024 :] == data[5 : 5 + 700_000]
+    assert out[:4096] == b"\0" * 4096
+    # progress: at least once per chunk, last with done == total
+    assert len(calls) >= (2_000_000 + 700_000) // (256 * 1024)
+    assert calls[-1] == (2_700_000, 2_700_000)
+    assert all(b[0] - a[0] <= 256 * 1024 for a, b in zip(calls, calls[1:]))
+
+
+@pytest.mark.parametrize("code", [errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP])
+def test_unsupported_errnos_fall_back(files, monkeypatch, code):
+    data, src, dst, dst_path = files
+
+    def unsupported(*a, **k):
+        raise OSError(code, "unsupported")
+
+    monkeypatch.setattr(os, "copy_file_range", unsupported)
+    _, method = _copy_ranges(src, dst)
+    assert method == "splice"
+    assert dst_path.read_bytes()[4096 : 4096 + 2_000_000] == data[1000 : 1000 + 2_000_000]
+
+
+@pytest.mark.parametrize("way", ["copy_file_range", "splice", "pread"])
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC])
+def test_io_errors_propagate(files, monkeypatch, way, code):
+    _, src, dst, _ = files
+
+    def fail(*a, **k):
+        raise OSError(code, os.strerror(code))
+
+    order = ["copy_file_range", "splice", "pread"]
+    for name in order[: order.index(way)]:
+        monkeypatch.setattr(os, name, _enosys)
+    monkeypatch.setattr(os, {"pread": "preadv"}.get(way, way), fail)
+    with pytest.raises(OSError) as info, CopyEngine(1 << 20) as eng:
+        eng.copy(src, 0, dst, 0, 100_000, "x")
+    assert info.value.errno == code
+
+
+def test_midway_fallback_keeps_progress(files, monkeypatch):
+    """copy_file_range failing after some chunks: the rest is copied another way."""
+    data, src, dst, dst_path = files
+    real = os.copy_file_range
+    state = {"n": 0}
+
+    def flaky(*a, **k):
+        state["n"] += 1
+        if state["n"] > 2:
+            raise OSError(errno.EXDEV, "cross device")
+        return real(*a, **k)
+
+    monkeypatch.setattr(os, "copy_file_range", flaky)
+    with CopyEngine(100_000) as eng:
+        eng.copy(src, 0, dst, 0, len(data), "x")
+        assert eng.method == "splice" and eng.done == len(data)
+    assert dst_path.read_bytes() == data
+
+
+def test_truncated_source(files):
+    data, src, dst, _ = files
+    with pytest.raises(EOFError, match="tensor 'a'"), CopyEngine(1 << 20) as eng:
+        eng.copy(src, len(data) - 10, dst, 0, 100, "tensor 'a' in 'src'")
+
+
+def test_chunk_size_checked():
+    with pytest.raises(ValueError, match="chunk_size"):
+        CopyEngine(0)
+
+
+def test_pwrite_all_loops_on_short_writes(tmp_path, monkeypatch):
+    real = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, off: real(fd, bytes(data)[:7], off))
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    _copy.pwrite_all(fd, b"0123456789" * 10, 3)
+    os.close(fd)
+    assert (tmp_path / "f").read_bytes() == b"\0" * 3 + b"0123456789" * 10

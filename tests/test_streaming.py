@@ -1,0 +1,244 @@
+"""align_external_data_streaming: aligned, byte-exact, never loading weights."""
+
+import errno
+import os
+
+import numpy as np
+import onnx
+import pytest
+from conftest import (
+    external_offsets,
+    folder_digest,
+    make_every_kind_model,
+    make_runnable_model,
+    read_back,
+    run_ort,
+    save_two_file,
+    tensor_bytes,
+)
+from onnx import numpy_helper
+
+import onnx_light.onnx as onnxl
+from onnx_light.onnx import _atomic
+
+
+def _check_aligned(path, alignment, weights="dst.data"):
+    refs = external_offsets(path)
+    assert refs, "no external tensor"
+    assert all(loc == weights and off % alignment == 0 for loc, off, _ in refs)
+    assert min(off for _, off, _ in refs) == 0
+    return refs
+
+
+@pytest.mark.parametrize("alignment", [1, 64, 4096, 65536])
+@pytest.mark.parametrize("layout", ["two", "per_tensor"])
+def test_align_two_and_multi_file(tmp_path, alignment, layout):
+    model = make_every_kind_model()
+    (tmp_path / "src").mkdir()
+    save_two_file(
+        model, tmp_path / "src" / "m.onnx", per_tensor=layout == "per_tensor", size_threshold=0
+    )
+    digest = folder_digest(tmp_path / "src")
+    written = onnxl.align_external_data_streaming(
+        tmp_path / "src" / "m.onnx", tmp_path / "dst.onnx", "dst.data", alignment
+    )
+    assert written == os.path.getsize(tmp_path / "dst.data")
+    refs = _check_aligned(tmp_path / "dst.onnx", alignment)
+    assert written == max(off + n for _, off, n in refs)
+    assert read_back(tmp_path / "dst.onnx") == tensor_bytes(model)
+    assert folder_digest(tmp_path / "src") == digest, "sources never modified"
+
+
+def test_inline_tensors_stay_inline_or_move(tmp_path):
+    model = make_every_kind_model()
+    onnx.save(model, str(tmp_path / "single.onnx"))
+    # without size_threshold: nothing external, everything inline again
+    n = onnxl.align_external_data_streaming(tmp_path / "single.onnx", tmp_path / "a.onnx", "a.data")
+    assert n == 0 and external_offsets(tmp_path / "a.onnx") == []
+    assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
+    # with it: single-file -> aligned two-file
+    n = onnxl.align_external_data_streaming(
+        tmp_path / "single.onnx", tmp_path / "b.onnx", "b.data", 4096, size_threshold=1024
+    )
+    refs = _check_aligned(tmp_path / "b.onnx", 4096, "b.data")
+    assert len(refs) == 17 and n == os.path.getsize(tmp_path / "b.data")
+    assert read_back(tmp_path / "b.onnx") == tensor_bytes(model)
+    assert os.path.getsize(tmp_path / "b.onnx") < 10_000
+    # a threshold under 1 KiB moves smaller inline tensors too
+    onnxl.align_external_data_streaming(
+        tmp_path / "single.onnx", tmp_path / "c.onnx", "c.data", 64, size_threshold=0
+    )
+    assert len(external_offsets(tmp_path / "c.onnx")) == 18
+    assert read_back(tmp_path / "c.onnx") == tensor_bytes(model)
+
+
+def test_mixed_sources(tmp_path):
+    """Some tensors external (two files), some inline: all end in one file."""
+    model = make_every_kind_model()
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=2000)  # small ones stay inline
+    before = external_offsets(tmp_path / "m.onnx")
+    onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", tmp_path / "dst.onnx", "dst.data", 4096, size_threshold=1024
+    )
+    after = _check_aligned(tmp_path / "dst.onnx", 4096)
+    assert len(after) > len(before)
+    assert read_back(tmp_path / "dst.onnx") == tensor_bytes(model)
+
+
+@pytest.mark.parametrize("chunk", [1000, 4096, 1 << 20])
+def test_chunk_sizes_and_progress(tmp_path, chunk):
+    model = make_every_kind_model()
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+    calls = []
+    n = onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx",
+        tmp_path / "dst.onnx",
+        "dst.data",
+        4096,
+        chunk,
+        progress=lambda d, t: calls.append((d, t)),
+    )
+    total = calls[-1][1]
+    assert calls[-1] == (total, total)
+    payload = sum(n for _, _, n in external_offsets(tmp_path / "dst.onnx"))
+    assert total == payload <= n
+    assert all(b[0] - a[0] <= chunk for a, b in zip([(0, 0), *calls], calls))
+    assert read_back(tmp_path / "dst.onnx") == tensor_bytes(model)
+
+
+@pytest.mark.parametrize("threshold", [None, 0])
+def test_same_bytes_as_in_memory_path(tmp_path, threshold):
+    model = make_every_kind_model()
+    if threshold is None:  # every big tensor external already
+        onnxl.save(model, tmp_path / "m.onnx", "m.data")
+    else:  # onnx leaves sparse and training tensors inline: they move too
+        save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+    onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", tmp_path / "s.onnx", "s.data", 4096, size_threshold=threshold
+    )
+    loaded = onnxl.load(tmp_path / "m.onnx")
+    opts = onnxl.SerializeOptions(alignment=4096, use_external_data_location=False)
+    opts.size_threshold = 1024 if threshold is None else threshold
+    onnxl.save(loaded, tmp_path / "i.onnx", "i.data", options=opts)
+    assert (tmp_path / "s.data").read_bytes() == (tmp_path / "i.data").read_bytes()
+    assert [r[1:] for r in external_offsets(tmp_path / "s.onnx")] == [
+        r[1:] for r in external_offsets(tmp_path / "i.onnx")
+    ]
+
+
+def test_onnxruntime_same_outputs(tmp_path):
+    model = make_runnable_model()
+    onnx.save(model, str(tmp_path / "ref.onnx"))
+    save_two_file(model, tmp_path / "m.onnx")
+    onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", tmp_path / "a.onnx", "a.data", 65536, size_threshold=1024
+    )
+    for a, b in zip(run_ort(tmp_path / "ref.onnx"), run_ort(tmp_path / "a.onnx")):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_in_place(tmp_path):
+    model = make_every_kind_model()
+    save_two_file(model, tmp_path / "m.onnx", location="m.data", size_threshold=0)
+    n = onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", tmp_path / "m.onnx", "m.data", 4096
+    )
+    assert sorted(os.listdir(tmp_path)) == ["m.data", "m.onnx"]
+    _check_aligned(tmp_path / "m.onnx", 4096, "m.data")
+    assert n == os.path.getsize(tmp_path / "m.data")
+    assert read_back(tmp_path / "m.onnx") == tensor_bytes(model)
+
+
+def test_shared_ranges_stay_shared(tmp_path):
+    w = numpy_helper.from_array(np.arange(1024, dtype=np.float32), "A")
+    b = numpy_helper.from_array(np.arange(1024, dtype=np.float32), "B")
+    model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], [], [w, b]))
+    onnxl.save(model, tmp_path / "m.onnx", "m.data")
+    meta = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    for e in meta.graph.initializer[1].external_data:
+        if e.key == "offset":
+            e.value = "0"  # B now points at A's bytes
+    (tmp_path / "m.onnx").write_bytes(meta.SerializeToString())
+    n = onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", 4096
+    )
+    assert n == 4096
+    assert [off for _, off, _ in external_offsets(tmp_path / "d.onnx")] == [0, 0]
+
+
+def test_weights_path_rules(tmp_path):
+    model = make_every_kind_model()
+    save_two_file(model, tmp_path / "m.onnx")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "w").mkdir()
+    onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", tmp_path / "out" / "d.onnx", tmp_path / "out" / "w" / "d.bin"
+    )
+    assert {loc for loc, _, _ in external_offsets(tmp_path / "out" / "d.onnx")} == {"w/d.bin"}
+    with pytest.raises(ValueError, match="inside"):
+        onnxl.align_external_data_streaming(
+            tmp_path / "m.onnx", tmp_path / "out" / "e.onnx", tmp_path / "e.data"
+        )
+    assert sorted(os.listdir(tmp_path / "out")) == ["d.onnx", "w"]
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"alignment": 0}, "alignment"),
+        ({"alignment": 3}, "alignment"),
+        ({"alignment": 4096.0}, "alignment"),
+        ({"chunk_size": 0}, "chunk_size"),
+        ({"chunk_size": -5}, "chunk_size"),
+        ({"size_threshold": -1}, "size_threshold"),
+    ],
+)
+def test_validation_before_any_write(tmp_path, kwargs, match):
+    save_two_file(make_every_kind_model(), tmp_path / "m.onnx")
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(ValueError, match=match):
+        onnxl.align_external_data_streaming(
+            tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", **kwargs
+        )
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_missing_source_file(tmp_path):
+    save_two_file(make_every_kind_model(), tmp_path / "m.onnx", location="m.data")
+    os.unlink(tmp_path / "m.data")
+    with pytest.raises(FileNotFoundError, match="'W0'.*m.data"):
+        onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data")
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx"]
+    with pytest.raises(FileNotFoundError, match="nope.onnx"):
+        onnxl.align_external_data_streaming(tmp_path / "nope.onnx", tmp_path / "d.onnx", "d.data")
+
+
+@pytest.mark.parametrize("broken", [("copy_file_range",), ("copy_file_range", "splice")])
+def test_each_copy_fallback_end_to_end(tmp_path, monkeypatch, broken):
+    model = make_every_kind_model()
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+
+    def enosys(*a, **k):
+        raise OSError(errno.ENOSYS, "nope")
+
+    for name in broken:
+        monkeypatch.setattr(os, name, enosys)
+    onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", 4096, 1000
+    )
+    assert read_back(tmp_path / "d.onnx") == tensor_bytes(model)
+
+
+def test_disk_full_leaves_nothing(tmp_path, monkeypatch):
+    save_two_file(make_every_kind_model(), tmp_path / "m.onnx", size_threshold=0)
+    onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data")
+    digest = folder_digest(tmp_path)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "copy_file_range", full)
+    with pytest.raises(OSError, match="No space"):
+        onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", 64)
+    assert folder_digest(tmp_path) == digest
+    assert not any(n.endswith(_atomic.TMP_SUFFIX) for n in os.listdir(tmp_path))
