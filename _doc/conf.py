@@ -1,0 +1,289 @@
+"""Sphinx configuration of the onnx-light documentation.
+
+The build is offline: no remote intersphinx, no downloads. Two small local
+directives render what only exists at build time:
+
+- ``.. onnx-light-help:: [SUBCOMMAND]`` prints the ``--help`` of the
+  ``onnx-light`` command (from :func:`onnx_light.cli.build_parser`);
+- ``.. markdown-report:: PATH`` turns a Markdown report (the benchmark
+  results) into reStructuredText, or says it is missing.
+
+``make doc`` runs every gallery example at full size; with ``UNITTEST_GOING=1``
+in the environment the examples use small sizes (CI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import re
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from docutils import nodes
+from docutils.parsers.rst import directives
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
+from sphinx.util.parsing import nested_parse_to_nodes
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+import onnx_light  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+# -- Project -----------------------------------------------------------------
+
+project = "onnx-light"
+author = "onnx-light contributors"
+copyright = "onnx-light contributors"  # noqa: A001
+release = onnx_light.__version__
+version = ".".join(release.split(".")[:2])
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.viewcode",
+    "sphinx_copybutton",
+    "sphinx_design",
+    "sphinx_gallery.gen_gallery",
+]
+
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**/*.md"]
+templates_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
+
+# -- Autodoc and napoleon (Google-style docstrings) -------------------------
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented_params"
+autodoc_class_signature = "separated"
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+napoleon_use_ivar = True  # "Attributes:" as fields: no duplicate entries for dataclasses
+napoleon_use_rtype = False
+
+# -- HTML --------------------------------------------------------------------
+
+html_theme = "pydata_sphinx_theme"
+html_title = f"onnx-light {release}"
+html_theme_options = {
+    "navbar_align": "left",
+    "show_toc_level": 2,
+    "navigation_with_keys": False,
+    "secondary_sidebar_items": ["page-toc", "sourcelink"],
+    "footer_start": ["copyright"],
+    "footer_end": ["sphinx-version"],
+}
+html_sidebars = {"index": [], "benchmarks": []}
+html_context = {"default_mode": "light"}
+html_show_sourcelink = False
+
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True
+
+# -- Gallery -----------------------------------------------------------------
+
+sphinx_gallery_conf = {
+    "examples_dirs": "../examples",
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": "plot_",  # run every example
+    "within_subsection_order": "FileNameSortKey",
+    "image_scrapers": ("matplotlib",),
+    "reset_modules": ("matplotlib",),
+    "remove_config_comments": True,
+    "download_all_examples": False,
+    "show_memory": False,
+    "min_reported_time": 1,
+    "capture_repr": ("_repr_html_", "__repr__"),
+    "reference_url": {},
+}
+
+# -- The onnx-light command --------------------------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _cli_parser() -> argparse.ArgumentParser | None:
+    try:
+        from onnx_light.cli import build_parser
+    except ImportError:
+        return None
+    return build_parser()
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def render_help(parser: argparse.ArgumentParser) -> str:
+    """The ``--help`` text of a parser, 88 columns wide, without colours."""
+    saved = {k: os.environ.get(k) for k in ("COLUMNS", "NO_COLOR", "FORCE_COLOR")}
+    os.environ.update(COLUMNS="88", NO_COLOR="1")
+    os.environ.pop("FORCE_COLOR", None)
+    try:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            parser.print_help()
+        return _ANSI.sub("", out.getvalue()).rstrip()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+class OnnxLightHelp(SphinxDirective):
+    """``.. onnx-light-help:: [SUBCOMMAND]``: the command's help as a literal block."""
+
+    optional_arguments = 1
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        parser = _cli_parser()
+        if parser is None:
+            para = nodes.paragraph(
+                text="(The help text appears here once onnx_light.cli is installed.)"
+            )
+            return [para]
+        name = self.arguments[0] if self.arguments else None
+        if name is not None:
+            subs = _subparsers(parser)
+            if name not in subs:
+                raise self.error(f"onnx-light has no subcommand {name!r} (has {sorted(subs)})")
+            parser = subs[name]
+        text = render_help(parser)
+        block = nodes.literal_block(text, text)
+        block["language"] = "text"
+        return [block]
+
+
+# -- Markdown reports (benchmarks) ------------------------------------------
+
+_HEADINGS = "-~^\"'"
+
+
+def _md_inline(text: str) -> str:
+    """Markdown inline markup to reStructuredText (code, bold, links)."""
+    text = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r"`\1 <\2>`__", text)
+    text = re.sub(r"\*\*([^*]+)\*\*", r"**\1**", text)
+    return re.sub(r"(?<!`)`([^`]+)`(?!`)", r"``\1``", text)
+
+
+def _md_table(rows: list[str]) -> list[str]:
+    cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows]
+    body = [c for c in cells if not all(re.fullmatch(r":?-{2,}:?", x or "-") for x in c)]
+    width = len(body[0])
+    out = [".. list-table::", "   :header-rows: 1", ""]
+    for row in body:
+        row = (row + [""] * width)[:width]
+        out.append("   * - " + (_md_inline(row[0]) or r"\ "))
+        out.extend("     - " + (_md_inline(c) or r"\ ") for c in row[1:])
+    return [*out, ""]
+
+
+def markdown_to_rst(text: str, image_dir: str = "") -> str:
+    """Convert the Markdown of a benchmark report to reStructuredText.
+
+    Handles what such reports use: ``#`` headings (demoted under the page's
+    title), pipe tables (as ``list-table``), fenced code, images, lists and
+    paragraphs.
+
+    Args:
+        text: the Markdown.
+        image_dir: prefix for relative image paths (as seen from the page).
+    """
+    lines = text.splitlines()
+    levels = sorted({len(m.group(1)) for m in (re.match(r"(#+)\s", ln) for ln in lines) if m})
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        heading = re.match(r"(#+)\s+(.*)", line)
+        if line.startswith("```"):
+            lang = line[3:].strip() or "text"
+            out += [f".. code-block:: {lang}", ""]
+            i += 1
+            while i < len(lines) and not lines[i].startswith("```"):
+                out.append("   " + lines[i])
+                i += 1
+            out.append("")
+        elif heading:
+            level = levels.index(len(heading.group(1)))
+            title = _md_inline(heading.group(2).strip())
+            out += ["", title, _HEADINGS[min(level, len(_HEADINGS) - 1)] * len(title), ""]
+        elif line.lstrip().startswith("|"):
+            rows = []
+            while i < len(lines) and lines[i].lstrip().startswith("|"):
+                rows.append(lines[i])
+                i += 1
+            out += ["", *_md_table(rows)]
+            continue
+        elif m := re.match(r"!\[([^\]]*)\]\(([^)]+)\)", line.strip()):
+            src = m.group(2)
+            if not re.match(r"[a-z]+://", src) and not src.startswith("/"):
+                src = os.path.join(image_dir, src).replace(os.sep, "/")
+            out += ["", f".. image:: {src}", f"   :alt: {m.group(1)}", ""]
+        else:
+            out.append(_md_inline(line))
+        i += 1
+    return "\n".join(out) + "\n"
+
+
+class MarkdownReport(SphinxDirective):
+    """``.. markdown-report:: PATH``: include a Markdown report, if it exists.
+
+    ``PATH`` is relative to the document. When the file is missing the
+    directive renders the ``:missing:`` text instead, without a warning.
+    """
+
+    required_arguments = 1
+    option_spec = {"missing": directives.unchanged}
+
+    def run(self) -> list[nodes.Node]:
+        rel, path = self.env.relfn2path(self.arguments[0], self.env.docname)
+        if not os.path.exists(path):
+            missing = self.options.get("missing", f"{self.arguments[0]} does not exist yet.")
+            return [nodes.paragraph(text=missing)]
+        self.env.note_dependency(path)
+        with open(path, encoding="utf-8") as f:
+            rst = markdown_to_rst(f.read(), os.path.dirname(self.arguments[0]))
+        return nested_parse_to_nodes(self.state, rst, source=path, allow_section_headings=True)
+
+
+# -- Every public name is documented ----------------------------------------
+
+_API_PAGES = {"onnx_light.onnx": "api/onnx.rst", "onnx_light.bench": "api/bench.rst"}
+
+
+def check_api_pages(app) -> None:
+    """Warn (an error under -W) when a name of ``__all__`` is missing from its page."""
+    import importlib
+
+    for module_name, page in _API_PAGES.items():
+        module = importlib.import_module(module_name)
+        with open(os.path.join(app.srcdir, page), encoding="utf-8") as f:
+            text = f.read()
+        for name in module.__all__:
+            if not re.search(rf"::\s+(?:{re.escape(module_name)}\.)?{re.escape(name)}\b", text):
+                logger.warning(f"{module_name}.{name} is public but not documented in {page}")
+
+
+def setup(app):
+    app.add_directive("onnx-light-help", OnnxLightHelp)
+    app.add_directive("markdown-report", MarkdownReport)
+    app.connect("builder-inited", check_api_pages)
+    return {"parallel_read_safe": True}
