@@ -9,7 +9,11 @@ lie). Sub-messages shorter than the threshold cannot hold such a tensor and are
 copied verbatim without being decoded, which keeps the scan fast on graphs with
 many nodes.
 
-Nesting deeper than :data:`MAX_DEPTH` messages is rejected, as protobuf does.
+The scanner reads what protobuf reads: the last ``raw_data`` and
+``data_location`` win, repeated occurrences of a singular message field are
+merged, unknown fields (groups included) are kept verbatim, and nesting deeper
+than :data:`MAX_DEPTH` messages is rejected, as protobuf does. A tensor at
+exactly that depth stays inline: its reference would nest one level too deep.
 """
 
 from __future__ import annotations
@@ -31,7 +35,16 @@ _CHILDREN = {
     "training": {1: "graph", 2: "graph"},
     "tensor": {},
 }
+# Singular message fields: protobuf merges repeated occurrences of these into
+# one message, so the scanner reads all occurrences together.
+_SINGULAR = {
+    "model": {7},
+    "attr": {5, 6, 22},
+    "sparse": {1, 2},
+    "training": {1, 2},
+}
 _RAW_DATA, _NAME, _EXTERNAL_DATA, _DATA_LOCATION = 9, 8, 13, 14
+_MAX_FIELD = 2**29 - 1
 
 
 class WireError(ValueError):
@@ -79,8 +92,17 @@ def _entry(key: str, value: str) -> bytes:
     return _len_field(_EXTERNAL_DATA, _len_field(1, key.encode()) + _len_field(2, value.encode()))
 
 
-def skip_field(buf, pos: int, end: int) -> tuple[int, int, int, int]:
+def skip_field(buf, pos: int, end: int, depth: int = 0) -> tuple[int, int, int, int]:
     """Read one field header and skip its value.
+
+    Groups (wire types 3 and 4, unused by ONNX but legal as unknown fields) are
+    skipped whole; like protobuf, their nesting counts towards :data:`MAX_DEPTH`.
+
+    Args:
+        buf: the bytes.
+        pos: where the field starts.
+        end: where its message ends.
+        depth: nesting depth of the message holding the field.
 
     Returns:
         ``(field number, wire type, payload start, field end)``; the payload
@@ -89,10 +111,22 @@ def skip_field(buf, pos: int, end: int) -> tuple[int, int, int, int]:
     Raises:
         WireError: malformed or truncated field.
     """
+    number, wire, pos = _tag(buf, pos, end)
+    if wire == 3:
+        return number, wire, pos, _skip_group(buf, pos, end, number, depth)
+    return number, wire, *_skip_value(buf, pos, end, number, wire)
+
+
+def _tag(buf, pos: int, end: int) -> tuple[int, int, int]:
     tag, pos = read_varint(buf, pos, end)
     number, wire = tag >> 3, tag & 7
-    if number == 0:
-        raise WireError(f"field number 0 at byte {pos}")
+    if number == 0 or number > _MAX_FIELD:
+        raise WireError(f"invalid field number {number} at byte {pos}")
+    return number, wire, pos
+
+
+def _skip_value(buf, pos: int, end: int, number: int, wire: int) -> tuple[int, int]:
+    """``(payload start, field end)`` of a field whose tag ends at ``pos``."""
     if wire == 0:
         _, stop = read_varint(buf, pos, end)
     elif wire == 1:
@@ -103,13 +137,35 @@ def skip_field(buf, pos: int, end: int) -> tuple[int, int, int, int]:
     elif wire == 5:
         stop = pos + 4
     else:
-        raise WireError(f"unsupported wire type {wire} at byte {pos}")
+        raise WireError(f"unexpected wire type {wire} at byte {pos}")
     if stop > end:
         raise WireError(f"field {number} runs past the end of its message at byte {pos}")
-    return number, wire, pos, stop
+    return pos, stop
+
+
+def _skip_group(buf, pos: int, end: int, number: int, depth: int) -> int:
+    open_groups = [number]
+    while open_groups:
+        if depth + len(open_groups) > MAX_DEPTH:
+            raise WireError(f"messages nested deeper than {MAX_DEPTH} levels")
+        inner, wire, pos = _tag(buf, pos, end)
+        if wire == 3:
+            open_groups.append(inner)
+        elif wire == 4:
+            if inner != open_groups.pop():
+                raise WireError(f"mismatched end of group {inner} at byte {pos}")
+        else:
+            pos = _skip_value(buf, pos, end, inner, wire)[1]
+    return pos
 
 
 class _Scanner:
+    """Rewrites one serialized model.
+
+    A message is a list of byte spans: one, or several when protobuf would merge
+    repeated occurrences of a singular field into one message.
+    """
+
     def __init__(self, buf, location: str, threshold: int) -> None:
         self.buf = buf
         self.location = location
@@ -127,61 +183,83 @@ class _Scanner:
         else:
             pieces.append((start, stop))
 
-    def message(self, kind: str, start: int, end: int, depth: int) -> list | None:
+    def fields(self, spans: list[tuple[int, int]], depth: int):
+        """Yield ``(start, number, wire, payload, stop)`` for every field of the spans."""
+        for start, end in spans:
+            pos = start
+            while pos < end:
+                number, wire, payload, stop = skip_field(self.buf, pos, end, depth)
+                yield pos, number, wire, payload, stop
+                pos = stop
+
+    def message(self, kind: str, spans: list[tuple[int, int]], depth: int) -> list | None:
         """Pieces of the rewritten message, or None when it is unchanged."""
         if depth > MAX_DEPTH:
             raise WireError(f"messages nested deeper than {MAX_DEPTH} levels")
         if kind == "tensor":
-            return self.tensor(start, end)
+            return self.tensor(spans, depth)
         children = _CHILDREN[kind]
+        singular = _SINGULAR.get(kind, ())
+        fields = list(self.fields(spans, depth))
+        merged: dict[int, list[tuple[int, int]]] = {}
+        for _, number, wire, payload, stop in fields:
+            if number in singular and wire == 2:
+                merged.setdefault(number, []).append((payload, stop))
         pieces: list = []
         changed = False
-        pos = start
-        while pos < end:
-            number, wire, payload, stop = skip_field(self.buf, pos, end)
-            child = children.get(number)
-            if child is not None and wire == 2 and stop - payload >= self.threshold:
-                sub = self.message(child, payload, stop, depth + 1)
+        seen: dict[int, bool] = {}  # singular field -> rewritten
+        for pos, number, wire, payload, stop in fields:
+            child = children.get(number) if wire == 2 else None
+            if child is not None and number in seen:
+                if not seen[number]:
+                    self._keep(pieces, pos, stop)
+                continue
+            if child is not None:
+                group = merged.get(number, [(payload, stop)])
+                sub = None
+                if sum(b - a for a, b in group) >= self.threshold:
+                    sub = self.message(child, group, depth + 1)
+                if number in merged:
+                    seen[number] = sub is not None
                 if sub is not None:
                     changed = True
                     pieces.append(encode_varint(number << 3 | 2))
                     pieces.append(encode_varint(self._size(sub)))
                     pieces.extend(sub)
-                    pos = stop
                     continue
             self._keep(pieces, pos, stop)
-            pos = stop
         return pieces if changed else None
 
-    def tensor(self, start: int, end: int) -> list | None:
+    def tensor(self, spans: list[tuple[int, int]], depth: int) -> list | None:
         pieces: list = []
         raw = None
         name = ""
         external = False
-        pos = start
-        while pos < end:
-            number, wire, payload, stop = skip_field(self.buf, pos, end)
+        for pos, number, wire, payload, stop in self.fields(spans, depth):
             if number == _RAW_DATA and wire == 2:
-                raw = (pos, payload, stop)  # the last one wins, as in protobuf
-                pos = stop
+                raw = (payload, stop)  # the last one wins, as in protobuf
                 continue
+            if number == _EXTERNAL_DATA and wire == 2:
+                continue  # dropped if the tensor is converted: it is not EXTERNAL
             if number == _NAME and wire == 2:
                 name = bytes(self.buf[payload:stop]).decode("utf-8", "replace")
-            elif number == _EXTERNAL_DATA:
-                external = True
             elif number == _DATA_LOCATION and wire == 0:
-                external = external or read_varint(self.buf, payload, stop)[0] == 1
+                # a closed enum: the last known value wins, unknown values are ignored
+                value = read_varint(self.buf, payload, stop)[0] & 0xFFFFFFFF
+                if value in (0, 1):
+                    external = value == 1
             self._keep(pieces, pos, stop)
-            pos = stop
         if raw is None:
             return None
-        _, payload, stop = raw
+        payload, stop = raw
         if stop - payload < self.threshold:
             return None  # tiny raw_data stays inline: the message is unchanged
         if external:
             raise ExternalDataError(
                 f"tensor {name!r} in {self.location!r}: is EXTERNAL but also carries raw_data"
             )
+        if depth >= MAX_DEPTH:
+            return None  # a reference would nest its entries deeper than protobuf allows
         pieces.append(_entry("location", self.location))
         pieces.append(_entry("offset", str(payload)))
         pieces.append(_entry("length", str(stop - payload)))
@@ -209,7 +287,7 @@ def scan_buffer(buf, location: str, threshold: int = 1024) -> tuple[bytes, list[
         ExternalDataError: a tensor is EXTERNAL and carries raw_data too.
     """
     scanner = _Scanner(buf, location, max(1, threshold))
-    pieces = scanner.message("model", 0, len(buf), 0)
+    pieces = scanner.message("model", [(0, len(buf))], 0)
     if pieces is None:
         return bytes(buf[:]), []
     return scanner.join(pieces), scanner.converted
