@@ -18,6 +18,8 @@ import errno
 import os
 from collections.abc import Callable
 
+from ._errors import TruncatedFileError
+
 UNSUPPORTED = frozenset(
     {errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOTTY}
 )
@@ -93,7 +95,8 @@ class CopyEngine:
             what: names the tensor and file, for error messages.
 
         Raises:
-            EOFError: the source ended before ``length`` bytes (truncated file).
+            TruncatedFileError: the source ended before ``length`` bytes (an
+                OSError and an EOFError).
             OSError: disk full, I/O error, or another failure of the system.
         """
         done = 0
@@ -107,7 +110,9 @@ class CopyEngine:
 
     def _check_eof(self, n: int, what: str) -> None:
         if n == 0:
-            raise EOFError(f"{what}: the source file ended early (truncated while copying?)")
+            raise TruncatedFileError(
+                f"{what}: the source file ended early (truncated while copying?)"
+            )
 
     def _copy_file_range(self, src, src_off, dst, dst_off, remaining, what) -> int:
         copied = 0

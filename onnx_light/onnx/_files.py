@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ._errors import ExternalDataError
+from ._errors import ExternalDataError, TruncatedFileError
 
 
 class FilePool:
@@ -45,7 +45,8 @@ def pread_exact(fd: int, length: int, offset: int, what: str) -> bytes:
     """Read exactly ``length`` bytes at ``offset``.
 
     Raises:
-        EOFError: the file is shorter than expected (truncated while reading).
+        TruncatedFileError: the file is shorter than expected (truncated while
+            reading); an OSError and an EOFError.
     """
     data = os.pread(fd, length, offset)
     if len(data) == length:
@@ -54,6 +55,6 @@ def pread_exact(fd: int, length: int, offset: int, what: str) -> bytes:
     while len(buf) < length:
         more = os.pread(fd, min(length - len(buf), 1 << 30), offset + len(buf))
         if not more:
-            raise EOFError(f"{what}: the file ended early (truncated while reading?)")
+            raise TruncatedFileError(f"{what}: the file ended early (truncated while reading?)")
         buf += more
     return bytes(buf)

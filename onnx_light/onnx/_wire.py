@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 
 from ._errors import ExternalDataError
+from ._files import pread_exact
 
 MAX_DEPTH = 100
 
@@ -304,10 +305,14 @@ class FileBuffer:
 
     BLOCK = 64 * 1024
 
-    def __init__(self, fd: int, size: int) -> None:
+    def __init__(self, fd: int, size: int, name: str = "the model file") -> None:
         self.fd = fd
         self.size = size
+        self.name = name
         self._blocks: dict[int, bytes] = {}
+
+    def _read(self, length: int, offset: int) -> bytes:
+        return pread_exact(self.fd, length, offset, self.name)
 
     def __len__(self) -> int:
         return self.size
@@ -317,7 +322,8 @@ class FileBuffer:
         if block is None:
             if len(self._blocks) >= 2:
                 self._blocks.pop(next(iter(self._blocks)))
-            block = os.pread(self.fd, self.BLOCK, index * self.BLOCK)
+            start = index * self.BLOCK
+            block = self._read(max(0, min(self.BLOCK, self.size - start)), start)
             self._blocks[index] = block
         return block
 
@@ -325,7 +331,7 @@ class FileBuffer:
         if isinstance(key, slice):
             start, stop, _ = key.indices(self.size)
             if stop - start > self.BLOCK:
-                return os.pread(self.fd, stop - start, start)
+                return self._read(stop - start, start)
             return (
                 b"".join(
                     self._block(i)[
@@ -354,6 +360,7 @@ def scan_metadata(path: str, threshold: int = 1024) -> tuple[bytes, list[tuple[i
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         try:
-            return scan_buffer(FileBuffer(f.fileno(), size), os.path.basename(path), threshold)
+            buf = FileBuffer(f.fileno(), size, repr(path))
+            return scan_buffer(buf, os.path.basename(path), threshold)
         except WireError as e:
             raise WireError(f"{path!r} is not a valid ONNX file: {e}") from None

@@ -117,7 +117,7 @@ def write_weights(
         The size of the file.
 
     Raises:
-        EOFError: a source file is shorter than planned.
+        TruncatedFileError: a source file is shorter than planned (an OSError).
         OSError: disk full, I/O error.
     """
     unique = [(items[i], layout.offsets[i]) for i in layout.unique]
