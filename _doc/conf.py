@@ -84,7 +84,8 @@ html_theme_options = {
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
 }
-html_sidebars = {"index": [], "benchmarks": []}
+# Gallery pages hold 100-column code: give it the room of the left sidebar.
+html_sidebars = {"index": [], "benchmarks": [], "auto_examples/plot_*": []}
 html_context = {"default_mode": "light"}
 html_show_sourcelink = False
 

@@ -30,6 +30,8 @@ they write the very same bytes, and plots time and memory.
 # layout most exporters produce. The weights are then dropped from memory:
 # the two approaches start from files on disk, as they would in real life.
 
+import contextlib
+import ctypes
 import gc
 import os
 import shutil
@@ -134,6 +136,19 @@ def plain_copy(dst: str) -> None:
 # included. :class:`onnx_light.bench.RssTimeline` samples the resident set
 # size on a background thread, for the curves below. Each approach runs
 # a few times; the table keeps the median time and the largest peak.
+#
+# One precaution: glibc's allocator keeps the memory a run frees, to reuse
+# it. Without handing it back, a second load would fit in the memory the
+# first one freed and look free of cost. :func:`clean_slate` collects
+# garbage and calls ``malloc_trim`` so every run starts from the same state.
+
+
+def clean_slate() -> None:
+    """Give the memory freed by earlier runs back to the system."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
 
 approaches = {"in memory (load + save)": in_memory, "streaming": streaming}
 if not SMALL:
@@ -142,7 +157,7 @@ results, timelines = [], {}
 for name, fn in approaches.items():
     for i in range(REPEAT):
         dst = os.path.join(folder, f"{fn.__name__}.onnx")
-        gc.collect()
+        clean_slate()
         with RssTimeline(interval=0.002) as timeline, PeakMemory() as peak:
             fn(dst)
         results.append(
@@ -159,8 +174,8 @@ print(f"peak from the kernel's VmHWM: {peak.exact}")
 table.round(3)
 
 # %%
-# Why not :mod:`tracemalloc`?
-# ---------------------------
+# Why not tracemalloc?
+# --------------------
 #
 # :mod:`tracemalloc` only sees memory allocated through Python's allocator.
 # The weights of a loaded model live in protobuf's C++/upb arenas, which it
@@ -168,6 +183,7 @@ table.round(3)
 # memory-mapped files. Run the in-memory path under both and compare.
 
 dst = os.path.join(folder, "traced.onnx")
+clean_slate()
 tracemalloc.start()
 with PeakMemory() as peak:
     in_memory(dst)
