@@ -40,7 +40,7 @@ from onnx_light.bench import make_gemm_model, weights_nbytes
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (4, 128) if SMALL else (32, 1024)
-REPEAT = 1 if SMALL else 5
+REPEAT = 1 if SMALL else 3
 THREADS = [1, 2, 4]
 MiB = 2**20
 
