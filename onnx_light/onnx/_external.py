@@ -5,11 +5,14 @@ onnx >= 1.22, and a few more):
 
 - ``location`` is present, relative, without ``..`` components, and once
   symlinks are resolved it still lies inside the model's folder;
-- the file exists and is a regular file (no FIFO, device or folder);
-- ``offset`` and ``length`` are non-negative integers, ``offset + length``
-  fits in the file, and ``length`` equals dtype x dims when both are known;
-- no key is repeated; an EXTERNAL tensor carries no ``raw_data``; string
-  tensors are never external.
+- the file exists, is a regular file (no FIFO, device or folder) and has a
+  single hard link (a hard link can make any file of the disk appear inside
+  the folder; onnx refuses them too);
+- ``offset`` and ``length`` are plain decimal integers (ASCII digits only, as
+  onnxruntime parses them), ``offset + length`` fits in the file, and
+  ``length`` equals dtype x dims when both are known;
+- no key is repeated; an EXTERNAL tensor carries no data of its own
+  (``raw_data``, ``float_data``, ...); string tensors are never external.
 
 Every error names the tensor and the file.
 """
@@ -26,6 +29,14 @@ from ._errors import ExternalDataError
 from ._tensors import TensorSite, tensor_nbytes
 
 KNOWN_KEYS = ("location", "offset", "length", "checksum", "basepath")
+_TYPED_FIELDS = (
+    "float_data",
+    "int32_data",
+    "string_data",
+    "int64_data",
+    "double_data",
+    "uint64_data",
+)
 
 
 @dataclass(frozen=True)
@@ -84,23 +95,37 @@ def _int_entry(entries: dict[str, str], key: str, label: str, file: str) -> int 
     if key not in entries:
         return None
     raw = entries[key]
-    try:
-        value = int(raw)
-    except ValueError:
+    digits = raw[1:] if raw.startswith("-") else raw
+    if not (digits.isascii() and digits.isdigit()):
+        # int() would also take " 1", "+1", "1_0" or non-ASCII digits, which
+        # onnxruntime refuses: two readers must never see different offsets.
         raise ExternalDataError(
-            f"tensor {label} in {file!r}: external_data {key}={raw!r} is not an integer"
-        ) from None
+            f"tensor {label} in {file!r}: external_data {key}={raw!r} is not an integer "
+            "(decimal digits only)"
+        )
+    value = int(raw)
     if value < 0:
         raise ExternalDataError(f"tensor {label} in {file!r}: external_data {key}={value} < 0")
     return value
+
+
+def _carried_data(tensor: onnx.TensorProto) -> str | None:
+    """The name of a data field the tensor carries itself, if any."""
+    if tensor.HasField("raw_data"):
+        return "raw_data"
+    for field in _TYPED_FIELDS:
+        if len(getattr(tensor, field)):
+            return field
+    return None
 
 
 def read_entries(site: TensorSite) -> dict[str, str]:
     """The ``external_data`` entries of a tensor as a dict, checked for duplicates.
 
     Raises:
-        ExternalDataError: on a repeated key, a missing location, raw_data on an
-            external tensor, or an external string tensor.
+        ExternalDataError: on a repeated key, a missing location, data of its own
+            (raw_data, float_data, ...) on an external tensor, or an external
+            string tensor.
     """
     tensor = site.tensor
     entries: dict[str, str] = {}
@@ -114,9 +139,10 @@ def read_entries(site: TensorSite) -> dict[str, str]:
     if "location" not in entries:
         raise ExternalDataError(f"tensor {site.label}: external_data has no 'location'")
     check_location(location, f"tensor {site.label}")
-    if tensor.HasField("raw_data"):
+    carried = _carried_data(tensor)
+    if carried is not None:
         raise ExternalDataError(
-            f"tensor {site.label} in {location!r}: is EXTERNAL but also carries raw_data"
+            f"tensor {site.label} in {location!r}: is EXTERNAL but also carries {carried}"
         )
     if tensor.data_type == onnx.TensorProto.STRING:
         raise ExternalDataError(
@@ -160,9 +186,19 @@ class Resolver:
             raise FileNotFoundError(
                 f"tensor {label}: external data file {path!r} does not exist"
             ) from None
+        except OSError as e:  # a loop of symlinks, a name too long, a file as a folder...
+            raise type(e)(
+                e.errno, f"tensor {label}: cannot reach external data file {path!r}: {e.strerror}"
+            ) from None
         if not stat.S_ISREG(st.st_mode):
             raise ExternalDataError(
                 f"tensor {label}: external data file {path!r} is not a regular file"
+            )
+        if st.st_nlink > 1:
+            raise ExternalDataError(
+                f"tensor {label}: external data file {path!r} has {st.st_nlink} hard links; "
+                "a hard link can bring any file of the disk into the model folder, so it "
+                "is refused (as onnx does): copy the file to give it a single link"
             )
         self._files[location] = (real, st.st_size)
         return real, st.st_size

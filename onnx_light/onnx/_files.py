@@ -33,7 +33,9 @@ class FilePool:
         """
         fd = self._fds.get(path)
         if fd is None:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            # paths come resolved from the Resolver: a symlink here now means the
+            # file was swapped since it was checked, so it is not followed
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
                 raise ExternalDataError(f"external data file {path!r} is not a regular file")
