@@ -6,6 +6,11 @@ with ``os.replace`` once everything succeeded. On any error the temporary
 files are removed, so nothing appears under a destination name and existing
 files there are untouched. A process killed mid-write can leave such a
 temporary file behind: it is safe to delete.
+
+Several files (an ``.onnx`` and its weights) are replaced one after the other
+while holding an exclusive ``flock`` on their folder, so two saves racing to
+the same destination leave one complete pair, never the ``.onnx`` of one and
+the weights of the other.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from collections.abc import Iterator
 
 TMP_SUFFIX = ".onnx-light-tmp"
 
@@ -104,13 +110,17 @@ class AtomicFiles:
             self.abort()
             raise
         pending, self._pending = self._pending, []
-        for i, (_, tmp, final) in enumerate(pending):
-            try:
-                os.replace(tmp, final)
-            except OSError:
-                for _, rest, _ in pending[i:]:
-                    _unlink(rest)
-                raise
+        folders = sorted({os.path.dirname(tmp) for _, tmp, _ in pending})
+        with contextlib.ExitStack() as locks:
+            for folder in folders:  # in a fixed order: two commits never deadlock
+                locks.enter_context(_folder_lock(folder))
+            for i, (_, tmp, final) in enumerate(pending):
+                try:
+                    os.replace(tmp, final)
+                except OSError:
+                    for _, rest, _ in pending[i:]:
+                        _unlink(rest)
+                    raise
 
     def abort(self) -> None:
         """Close and remove every temporary file."""
@@ -119,6 +129,28 @@ class AtomicFiles:
             with contextlib.suppress(OSError):
                 os.close(fd)
             _unlink(tmp)
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``folder`` (best effort: skipped where unsupported).
+
+    Every commit opens its own descriptor, so the lock also serialises threads
+    of one process.
+    """
+    try:
+        import fcntl
+
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _unlink(path: str) -> None:
