@@ -270,10 +270,10 @@ print((speedup[1] / speedup[4]).round(2).rename("4 threads vs 1").to_string())
 # On the 2-core virtual machine this page was written on:
 #
 # * with the files in the **page cache**, loading is a memory copy (3 to
-#   4 GB/s) and one thread already saturates it: more threads only add their
-#   cost (up to a third slower with 4 threads on 2 cores);
-# * from **disk**, the one-file-per-tensor layout gains about 1.5x with 4
-#   threads: one tensor per file means one ``open`` and one small read per
+#   4 GB/s) and one thread already saturates it: more threads add nothing
+#   but their own cost (0 to 30 % slower with 4 threads on 2 cores);
+# * from **disk**, the one-file-per-tensor layout gains up to 1.5x with 4
+#   threads (the gain varies from run to run on a shared machine): one tensor per file means one ``open`` and one small read per
 #   tensor, and parallel readers keep the disk busy while the others wait. One
 #   or two big files are already read at the disk's speed by one thread;
 # * ``num_threads`` cannot help a **single-file** model: the ``.onnx`` is one
