@@ -64,6 +64,7 @@ html_css_files = ["custom.css"]
 # -- Autodoc and napoleon (Google-style docstrings) -------------------------
 
 autodoc_member_order = "bysource"
+toc_object_entries_show_parents = "hide"  # "load()" in the page's table of contents
 autodoc_typehints = "description"
 autodoc_typehints_description_target = "documented_params"
 autodoc_class_signature = "separated"
@@ -130,9 +131,9 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def render_help(parser: argparse.ArgumentParser) -> str:
-    """The ``--help`` text of a parser, 88 columns wide, without colours."""
+    """The ``--help`` text of a parser, 76 columns wide (the page's width), without colours."""
     saved = {k: os.environ.get(k) for k in ("COLUMNS", "NO_COLOR", "FORCE_COLOR")}
-    os.environ.update(COLUMNS="88", NO_COLOR="1")
+    os.environ.update(COLUMNS="76", NO_COLOR="1")
     os.environ.pop("FORCE_COLOR", None)
     try:
         out = io.StringIO()
@@ -188,7 +189,13 @@ def _md_table(rows: list[str]) -> list[str]:
     cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows]
     body = [c for c in cells if not all(re.fullmatch(r":?-{2,}:?", x or "-") for x in c)]
     width = len(body[0])
-    out = [".. list-table::", "   :header-rows: 1", ""]
+    out = [
+        ".. list-table::",
+        "   :header-rows: 1",
+        "   :widths: auto",
+        "   :class: report-table",
+        "",
+    ]
     for row in body:
         row = (row + [""] * width)[:width]
         out.append("   * - " + (_md_inline(row[0]) or r"\ "))

@@ -280,7 +280,7 @@ ax.axhline(table["weights_MiB"].iloc[0], color="black", ls="--", lw=1, label="mo
 ax.set_xlabel("milliseconds")
 ax.set_ylabel("RSS growth (MiB)")
 ax.set_title("Resident memory while re-aligning")
-ax.legend()
+ax.legend(loc="center right")
 fig.tight_layout()
 
 # %%
