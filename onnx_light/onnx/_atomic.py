@@ -58,7 +58,7 @@ def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[st
         ValueError: the weights file would be outside the model folder, or is
             the model file itself.
     """
-    location = os.fspath(location)
+    location = os.fsdecode(location)
     folder = os.path.dirname(os.path.abspath(onnx_path))
     if not location or location.endswith(("/", os.sep)):
         raise ValueError(f"weights location {location!r} is not a file name")

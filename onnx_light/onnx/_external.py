@@ -159,7 +159,7 @@ class Resolver:
     """
 
     def __init__(self, base_dir: str | os.PathLike) -> None:
-        self.base_dir = os.path.abspath(os.fspath(base_dir))
+        self.base_dir = os.path.abspath(os.fsdecode(base_dir))
         self._real_base = os.path.realpath(self.base_dir)
         self._files: dict[str, tuple[str, int]] = {}
 

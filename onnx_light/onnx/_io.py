@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 
 import onnx
@@ -12,7 +13,7 @@ from ._atomic import destination_dir, write_file_atomic
 from ._errors import ExternalDataError
 from ._external import Resolver, TensorRef
 from ._files import FilePool, pread_exact
-from ._options import SerializeOptions, check_num_threads
+from ._options import SerializeOptions, check_num_threads, check_options
 from ._plan import SavePlan
 from ._tensors import is_external, iter_tensors
 from ._wire import scan_metadata
@@ -27,6 +28,8 @@ def _check_model_file(path: str) -> int:
         raise FileNotFoundError(f"model file {path!r} does not exist") from None
     if os.path.isdir(path):
         raise IsADirectoryError(f"model path {path!r} is a folder, not an .onnx file")
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"model path {path!r} is not a regular file (a FIFO or a device?)")
     if st.st_size == 0:
         raise ValueError(f"model file {path!r} is empty, not an ONNX model")
     return st.st_size
@@ -56,7 +59,7 @@ def read_metadata(path: str, threshold: int = 1024) -> tuple[onnx.ModelProto, se
         became references into the file itself; ``converted`` holds their
         ``(offset, length)``.
     """
-    path = os.fspath(path)
+    path = os.fsdecode(path)
     _check_model_file(path)
     data, converted = scan_metadata(path, threshold)
     return parse_model(data, path), set(converted)
@@ -136,7 +139,7 @@ def load(
             ``skip_raw_data`` and ``load_external_data`` are set.
         ExternalDataError: a reference is malformed, unsafe or out of range.
     """
-    path = os.fspath(path)
+    path = os.fsdecode(path)
     threads = check_num_threads(num_threads)
     if skip_raw_data and load_external_data:
         raise ValueError("skip_raw_data=True needs load_external_data=False")
@@ -180,9 +183,11 @@ def save(
         FileNotFoundError: the destination folder or a referenced file is missing.
         ExternalDataError: an existing reference is unsafe or does not
             resolve from the destination folder.
+        TypeError: ``model`` is not a ModelProto, or ``options`` not a
+            :class:`SerializeOptions`.
     """
-    options = options if options is not None else SerializeOptions()
-    path = os.path.abspath(os.fspath(path))
+    options = check_options(options)
+    path = os.path.abspath(os.fsdecode(path))
     destination_dir(path)
     plan = SavePlan(model, path, location, options)
     if location is None:

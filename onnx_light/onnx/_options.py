@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 
+MAX_ALIGNMENT = 2**30
+
 
 def check_alignment(value: object) -> int:
-    """Validate an alignment: an int, 0, or a power of two.
+    """Validate an alignment: an int, 0, or a power of two up to 1 GiB.
 
     Args:
         value: the alignment asked for.
@@ -15,7 +17,9 @@ def check_alignment(value: object) -> int:
         The alignment, with 0 normalised to 1 (dense).
 
     Raises:
-        ValueError: when it is not an int, negative or not a power of two.
+        ValueError: when it is not an int, negative, not a power of two, or
+            over :data:`MAX_ALIGNMENT` (the padding would make files of
+            terabytes, or offsets no file system can hold).
     """
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"alignment must be an int, got {value!r}")
@@ -23,6 +27,8 @@ def check_alignment(value: object) -> int:
         return 1
     if value < 0 or value & (value - 1):
         raise ValueError(f"alignment must be 0 or a power of two >= 1, got {value}")
+    if value > MAX_ALIGNMENT:
+        raise ValueError(f"alignment must be at most {MAX_ALIGNMENT} (1 GiB), got {value}")
     return value
 
 
@@ -54,6 +60,19 @@ def check_size_threshold(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"size_threshold must be an int >= 0, got {value!r}")
     return value
+
+
+def check_options(options: object) -> SerializeOptions:
+    """The options to use: ``options`` itself, or the defaults when it is None.
+
+    Raises:
+        TypeError: when it is neither None nor a :class:`SerializeOptions`.
+    """
+    if options is None:
+        return SerializeOptions()
+    if not isinstance(options, SerializeOptions):
+        raise TypeError(f"options must be a SerializeOptions or None, got {options!r}")
+    return options
 
 
 class SerializeOptions:

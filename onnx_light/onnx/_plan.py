@@ -32,6 +32,7 @@ class SavePlan:
         options: the :class:`SerializeOptions`.
 
     Raises:
+        TypeError: ``model`` is not a ModelProto.
         ValueError: bad options or weights location.
         FileNotFoundError: a kept reference's file is missing.
         ExternalDataError: a reference is unsafe, out of range, or would be
@@ -45,6 +46,8 @@ class SavePlan:
         location: str | os.PathLike | None,
         options: SerializeOptions,
     ) -> None:
+        if not isinstance(model, onnx.ModelProto):
+            raise TypeError(f"model must be an onnx.ModelProto, got {type(model).__name__}")
         self.model = model
         self.path = path
         self.alignment = check_alignment(options.alignment)

@@ -12,20 +12,30 @@ from ._external import Resolver, external_entries, set_external
 from ._files import FilePool, pread_exact
 from ._io import read_metadata
 from ._layout import plan_layout
-from ._options import SerializeOptions, check_alignment, check_size_threshold
+from ._options import SerializeOptions, check_alignment, check_options, check_size_threshold
 from ._plan import SavePlan
 from ._tensors import is_external, iter_tensors, tensor_nbytes
 from ._writer import Item, write_weights
 
+MAX_CHUNK_SIZE = 2**30  # the kernel moves at most ~2 GiB per call anyway
 
-def _check_args(alignment: object, chunk_size: object, size_threshold: object) -> None:
+
+def _check_args(
+    alignment: object, chunk_size: object, size_threshold: object, progress: object
+) -> None:
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
         raise ValueError(f"alignment must be a power of two >= 1, got {alignment!r}")
     check_alignment(alignment)
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
-        raise ValueError(f"chunk_size must be an int > 0, got {chunk_size!r}")
+    if (
+        isinstance(chunk_size, bool)
+        or not isinstance(chunk_size, int)
+        or not 0 < chunk_size <= MAX_CHUNK_SIZE
+    ):
+        raise ValueError(f"chunk_size must be an int in [1, {MAX_CHUNK_SIZE}], got {chunk_size!r}")
     if size_threshold is not None:
         check_size_threshold(size_threshold)
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be a callable or None, got {progress!r}")
 
 
 def align_external_data_streaming(
@@ -69,8 +79,10 @@ def align_external_data_streaming(
         The number of bytes of the destination weights file, padding included.
 
     Raises:
-        ValueError: bad ``alignment``, ``chunk_size`` or ``size_threshold``, or a
-            weights path outside the destination folder.
+        ValueError: bad ``alignment`` (a power of two up to 1 GiB), ``chunk_size``
+            (1 byte to 1 GiB) or ``size_threshold``, or a weights path outside
+            the destination folder.
+        TypeError: ``progress`` is not callable.
         FileNotFoundError: the source model or a data file is missing (the
             message names the tensor and the path).
         ExternalDataError: a reference is malformed, unsafe or out of range.
@@ -78,9 +90,9 @@ def align_external_data_streaming(
 
     .. versionadded:: 0.1
     """
-    _check_args(alignment, chunk_size, size_threshold)
-    src = os.path.abspath(os.fspath(src_onnx_path))
-    dst = os.path.abspath(os.fspath(dst_onnx_path))
+    _check_args(alignment, chunk_size, size_threshold, progress)
+    src = os.path.abspath(os.fsdecode(src_onnx_path))
+    dst = os.path.abspath(os.fsdecode(dst_onnx_path))
     destination_dir(dst)
     weights_path, location = weights_destination(dst, dst_weights_path)
     model, converted = read_metadata(src)
@@ -156,14 +168,16 @@ def save_model_with_shared_external_data(
         FileNotFoundError: a reused file is missing.
         ExternalDataError: a reused reference is unsafe, out of range, or
             would be overwritten by this save.
+        TypeError: ``model`` is not a ModelProto, or ``options`` not a
+            :class:`SerializeOptions`.
 
     .. versionadded:: 0.1
     """
-    options = options if options is not None else SerializeOptions()
+    options = check_options(options)
     opts = SerializeOptions(
         options.alignment, options.size_threshold, True, options.num_threads, options.base_dir
     )
-    path = os.path.abspath(os.fspath(dst_onnx_path))
+    path = os.path.abspath(os.fsdecode(dst_onnx_path))
     destination_dir(path)
     plan = SavePlan(model, path, os.path.basename(path) + ".data", opts)
     return plan.write(mutate=True)
