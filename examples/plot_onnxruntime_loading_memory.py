@@ -179,8 +179,12 @@ print(json.dumps({
 def measure(path: str, disable_prepacking: bool, out: str) -> dict:
     """Create a session from ``path`` in a fresh interpreter; return its numbers."""
     args = [path, "1" if disable_prepacking else "0", str(DIM), str(BATCH), out]
+    # the child imports onnx_light from where this process found it
+    root = os.path.dirname(os.path.dirname(os.path.abspath(onnxl.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, *args], capture_output=True, text=True, check=False
+        [sys.executable, "-c", CHILD, *args], capture_output=True, text=True, env=env, check=False
     )
     if proc.returncode != 0:
         raise RuntimeError(f"measuring {path!r} failed:\n{proc.stderr}")
