@@ -54,6 +54,7 @@ import numpy as np
 import onnx
 import pandas
 
+import onnx_light
 import onnx_light.onnx as onnxl
 from onnx_light.bench import make_gemm_model, weights_nbytes
 
@@ -180,7 +181,7 @@ def measure(path: str, disable_prepacking: bool, out: str) -> dict:
     """Create a session from ``path`` in a fresh interpreter; return its numbers."""
     args = [path, "1" if disable_prepacking else "0", str(DIM), str(BATCH), out]
     # the child imports onnx_light from where this process found it
-    root = os.path.dirname(os.path.dirname(os.path.abspath(onnxl.__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_light.__file__)))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     proc = subprocess.run(
