@@ -275,6 +275,15 @@ def model_info(path: str) -> dict:
     }
 
 
+def _printable(text: str) -> str:
+    """``text`` with its control characters escaped.
+
+    Names in a model come from strangers: printed raw, an escape sequence or a
+    new line in them would drive the terminal or forge output lines.
+    """
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
 def _table(rows: list[list[str]], right: set[int]) -> str:
     """Align ``rows`` in columns, right-justifying the column indices in ``right``."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -303,7 +312,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         return 0
 
     def cell(v: object, none: str = "-") -> str:
-        return none if v is None else str(v)
+        return none if v is None else _printable(str(v))
 
     rows = [["name", "dtype", "shape", "location", "offset", "length", "offset 2^k"]]
     for t in info["tensors"]:
@@ -311,7 +320,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         pow2 = "-" if inline or not isinstance(t["offset"], int) else cell(t["offset_pow2"], "any")
         rows.append(
             [
-                t["name"],
+                _printable(t["name"]),
                 t["dtype"],
                 str(t["shape"]),
                 cell(t["location"], "inline"),
@@ -389,13 +398,20 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (exit code 2)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``onnx-light`` argument parser, with its three subcommands.
 
     Returns:
         An :class:`argparse.ArgumentParser`; each subcommand sets ``func``.
     """
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Inspect, check and re-align ONNX models with external data, "
         "without loading their weights in memory.",
