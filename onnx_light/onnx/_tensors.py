@@ -2,8 +2,9 @@
 
 Graph initializers, sparse initializers (values and indices), node attributes
 (``t``, ``tensors``, ``sparse_tensor``, ``sparse_tensors``), subgraphs (``g``,
-``graphs``) at any depth, training graphs and function bodies. The walk uses an
-explicit stack, so a deeply nested model cannot exhaust Python's recursion.
+``graphs``) at any depth, training graphs, function bodies and the default
+values of function attributes. The walk uses an explicit stack, so a deeply
+nested model cannot exhaust Python's recursion.
 
 Each tensor comes with its *path* from the model, a tuple of ``(field, index)``
 steps (``index`` is None for a singular field), used both to name it in error
@@ -119,6 +120,8 @@ def _model(model: onnx.ModelProto) -> Iterator[tuple[str, object, Path]]:
                 yield "graph", getattr(ti, field), (("training_info", i), (field, None))
     for i, f in enumerate(model.functions):
         yield from _nodes(f.node, (("functions", i),))
+        for j, att in enumerate(f.attribute_proto):  # default values of its attributes
+            yield from _attribute(att, (("functions", i), ("attribute_proto", j)))
 
 
 def iter_tensors(model: onnx.ModelProto) -> Iterator[TensorSite]:
@@ -129,7 +132,8 @@ def iter_tensors(model: onnx.ModelProto) -> Iterator[TensorSite]:
 
     Yields:
         A :class:`TensorSite` per tensor: initializers, sparse initializers,
-        attribute tensors, subgraphs at any depth, training graphs, functions.
+        attribute tensors, subgraphs at any depth, training graphs, functions
+        (their bodies and the default values of their attributes).
     """
     stack = [_graph(model, ())] if isinstance(model, onnx.GraphProto) else [_model(model)]
     while stack:

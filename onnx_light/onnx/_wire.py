@@ -32,7 +32,7 @@ _CHILDREN = {
     "node": {5: "attr"},
     "attr": {5: "tensor", 6: "graph", 10: "tensor", 11: "graph", 22: "sparse", 23: "sparse"},
     "sparse": {1: "tensor", 2: "tensor"},
-    "function": {7: "node"},
+    "function": {7: "node", 11: "attr"},
     "training": {1: "graph", 2: "graph"},
     "tensor": {},
 }
