@@ -270,7 +270,9 @@ for ax, (column, title, unit) in zip(axes, panels, strict=True):
 total = weights_nbytes(N_WEIGHTS, DIM) / MiB
 for ax in axes[1:]:
     ax.axhline(total, color="black", ls="--", lw=1, label="all weights")
-axes[1].legend(loc="center right")
+for ax in axes:
+    ax.set_ylim(top=1.3 * ax.get_ylim()[1])  # room for the legend
+axes[2].legend(loc="upper right")
 fig.suptitle(f"Save a variant with {len(NEW)} new weights out of {N_WEIGHTS} ({total:.0f} MiB)")
 fig.tight_layout()
 
