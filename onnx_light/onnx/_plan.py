@@ -39,6 +39,8 @@ class SavePlan:
             overwritten by this save.
     """
 
+    overwrite_hint = "save elsewhere or set options.use_external_data_location = False"
+
     def __init__(
         self,
         model: onnx.ModelProto,
@@ -70,8 +72,7 @@ class SavePlan:
                     if ref.file in outputs:
                         raise ExternalDataError(
                             f"tensor {site.label} in {ref.file!r}: this save would overwrite "
-                            "the file holding its bytes; save elsewhere or set "
-                            "options.use_external_data_location = False"
+                            f"the file holding its bytes; {self.overwrite_hint}"
                         )
                     continue
                 ref = base.resolve(site)

@@ -136,6 +136,10 @@ def align_external_data_streaming(
     return total
 
 
+class _SharedPlan(SavePlan):
+    overwrite_hint = "give the variant another file name than the model it shares weights with"
+
+
 def save_model_with_shared_external_data(
     model: onnx.ModelProto,
     dst_onnx_path: str | os.PathLike,
@@ -179,5 +183,5 @@ def save_model_with_shared_external_data(
     )
     path = os.path.abspath(os.fsdecode(dst_onnx_path))
     destination_dir(path)
-    plan = SavePlan(model, path, os.path.basename(path) + ".data", opts)
+    plan = _SharedPlan(model, path, os.path.basename(path) + ".data", opts)
     return plan.write(mutate=True)
