@@ -30,8 +30,6 @@ they write the very same bytes, and plots time and memory.
 # layout most exporters produce. The weights are then dropped from memory:
 # the two approaches start from files on disk, as they would in real life.
 
-import contextlib
-import ctypes
 import gc
 import os
 import shutil
@@ -137,17 +135,11 @@ def plain_copy(dst: str) -> None:
 # size on a background thread, for the curves below. Each approach runs
 # a few times; the table keeps the median time and the largest peak.
 #
-# One precaution: glibc's allocator keeps the memory a run frees, to reuse
-# it. Without handing it back, a second load would fit in the memory the
-# first one freed and look free of cost. :func:`clean_slate` collects
-# garbage and calls ``malloc_trim`` so every run starts from the same state.
-
-
-def clean_slate() -> None:
-    """Give the memory freed by earlier runs back to the system."""
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+# One precaution, taken by ``PeakMemory`` itself: glibc's allocator keeps
+# the memory a run frees, to reuse it, and a second load fitting in the
+# memory the first one freed would look free of cost. ``PeakMemory`` collects
+# garbage and calls ``malloc_trim`` first, so every run starts from the same
+# state.
 
 
 approaches = {"in memory (load + save)": in_memory, "streaming": streaming}
@@ -157,8 +149,7 @@ results, timelines = [], {}
 for name, fn in approaches.items():
     for i in range(REPEAT):
         dst = os.path.join(folder, f"{fn.__name__}.onnx")
-        clean_slate()
-        with RssTimeline(interval=0.002) as timeline, PeakMemory() as peak:
+        with PeakMemory() as peak, RssTimeline(interval=0.002) as timeline:
             fn(dst)
         results.append(
             dict(approach=name, run=i, seconds=peak.seconds, peak_growth_MiB=peak.growth / MiB)
@@ -183,7 +174,6 @@ table.round(3)
 # memory-mapped files. Run the in-memory path under both and compare.
 
 dst = os.path.join(folder, "traced.onnx")
-clean_slate()
 tracemalloc.start()
 with PeakMemory() as peak:
     in_memory(dst)

@@ -36,7 +36,6 @@ right outputs.
 # runtime can memory-map it.
 
 import contextlib
-import ctypes
 import gc
 import hashlib
 import os
@@ -141,16 +140,9 @@ def shared() -> list[str]:
 # Peak memory is the growth of the kernel's ``VmHWM`` during the call
 # (:class:`onnx_light.bench.PeakMemory`). Each approach runs a few times;
 # the table keeps the median time and the largest peak. Before each run,
-# :func:`clean_slate` hands the memory freed by the previous runs back to
-# the system: glibc keeps it for reuse, and a second load fitting in the
-# memory the first one freed would look free of cost.
-
-
-def clean_slate() -> None:
-    """Give the memory freed by earlier runs back to the system."""
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+# ``PeakMemory`` hands the memory freed by the previous runs back to the
+# system: glibc keeps it for reuse, and a second load fitting in the memory
+# the first one freed would look free of cost.
 
 
 approaches = {
@@ -161,7 +153,6 @@ approaches = {
 rows = []
 for name, fn in approaches.items():
     for _ in range(REPEAT):
-        clean_slate()
         with PeakMemory() as peak:
             written = fn()
         rows.append(

@@ -9,6 +9,7 @@ size) can be reset to the current RSS by writing ``5`` to
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,22 @@ def read_status() -> dict[str, int]:
     return out
 
 
+def release_free_memory() -> None:
+    """Collect garbage and hand freed heap memory back to the kernel (glibc ``malloc_trim``).
+
+    Without it, memory freed by a previous run stays in the process and the
+    next run reuses it: its peak growth then reads near zero. Best effort:
+    does nothing where glibc is not the C library.
+    """
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def reset_peak() -> bool:
     """Reset ``VmHWM`` to the current RSS; False when the kernel does not allow it."""
     try:
@@ -48,6 +65,10 @@ def reset_peak() -> bool:
 @dataclass
 class PeakMemory:
     """Peak RSS growth of the code run inside ``with PeakMemory() as m:``.
+
+    Freed memory is handed back to the kernel first
+    (:func:`release_free_memory`), so successive measurements in one process
+    do not hide behind memory a previous run left behind.
 
     Attributes:
         start: RSS before, in bytes.
@@ -68,6 +89,7 @@ class PeakMemory:
         return max(0, self.peak - self.start)
 
     def __enter__(self) -> PeakMemory:
+        release_free_memory()
         self.exact = reset_peak()
         self._timeline = None
         if not self.exact:
