@@ -47,28 +47,20 @@ import pandas
 from matplotlib.ticker import NullFormatter
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, weights_nbytes
+from onnx_light.bench import best_time, make_gemm_model, weights_nbytes
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 DIM = 128 if SMALL else 1024
 COUNTS = [2, 8] if SMALL else [4, 16, 64]
-REPEAT = 1 if SMALL else 3
+REPEAT = 1 if SMALL else 3  # timed calls per measure (best_time keeps the best)
+
+
+def timed(fn, setup=None) -> float:
+    """:func:`onnx_light.bench.best_time` with this script's number of runs."""
+    return best_time(fn, setup, repeat=REPEAT)
+
+
 MiB = 2**20
-
-
-def best_time(fn, setup=None, repeat: int = REPEAT) -> float:
-    """Best wall time of ``repeat`` calls of ``fn()``, after one warm-up call.
-
-    ``setup()``, when given, runs before each call, outside the timing.
-    """
-    times = []
-    for _ in range(repeat + 1):
-        if setup is not None:
-            setup()
-        begin = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - begin)
-    return min(times[1:])
 
 
 def emptied(folder: str):
@@ -154,14 +146,14 @@ for n in COUNTS:
         )
 
     # 1. load
-    add("load", "onnx", best_time(lambda src=src: onnx.load(src)))
-    add("load", "onnx-light", best_time(lambda src=src: onnxl.load(src)))
-    add("load", "onnx-ir + read every tensor", best_time(lambda src=src: read_all_ir(src)))
-    add("load", "onnx-ir (lazy)", best_time(lambda src=src: ir.load(src)))
+    add("load", "onnx", timed(lambda src=src: onnx.load(src)))
+    add("load", "onnx-light", timed(lambda src=src: onnxl.load(src)))
+    add("load", "onnx-ir + read every tensor", timed(lambda src=src: read_all_ir(src)))
+    add("load", "onnx-ir (lazy)", timed(lambda src=src: ir.load(src)))
     add(
         "load",
         "onnx-light (load_external_data=False)",
-        best_time(lambda src=src: onnxl.load(src, load_external_data=False)),
+        timed(lambda src=src: onnxl.load(src, load_external_data=False)),
     )
 
     # 2. save from memory; onnx.save needs a copy (made outside the timing)
@@ -176,11 +168,11 @@ for n in COUNTS:
         onnx.save(model, f"{out}/m.onnx", save_as_external_data=True, location="m.onnx.data")
 
     ir_model = ir.serde.deserialize_model(proto)  # wraps the protos, copies nothing
-    add("save", "onnx", best_time(onnx_save, prepare))
+    add("save", "onnx", timed(onnx_save, prepare))
     add(
         "save",
         "onnx-light",
-        best_time(
+        timed(
             lambda out=out, proto=proto: onnxl.save(proto, f"{out}/m.onnx", location="m.onnx.data"),
             emptied(out),
         ),
@@ -188,7 +180,7 @@ for n in COUNTS:
     add(
         "save",
         "onnx-ir",
-        best_time(
+        timed(
             lambda out=out, m=ir_model: ir.save(m, f"{out}/m.onnx", external_data="m.onnx.data"),
             emptied(out),
         ),
@@ -199,7 +191,7 @@ for n in COUNTS:
         add(
             "re-align to 4096",
             library,
-            best_time(lambda fn=fn, s=src, o=out: fn(s, o), emptied(out)),
+            timed(lambda fn=fn, s=src, o=out: fn(s, o), emptied(out)),
         )
         saved = onnx.load(f"{out}/m.onnx")
         assert [t.raw_data for t in saved.graph.initializer] == [

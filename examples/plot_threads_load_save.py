@@ -29,40 +29,30 @@ cache (the kernel flushes to disk later).
 
 import os
 import tempfile
-import time
 
 import matplotlib.pyplot as plt
 import onnx
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, weights_nbytes
+from onnx_light.bench import best_time, make_gemm_model, weights_nbytes
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (4, 128) if SMALL else (32, 1024)
-REPEAT = 1 if SMALL else 3
+REPEAT = 1 if SMALL else 3  # timed calls per measure (best_time keeps the best)
+
+
+def timed(fn, setup=None) -> float:
+    """:func:`onnx_light.bench.best_time` with this script's number of runs."""
+    return best_time(fn, setup, repeat=REPEAT)
+
+
 THREADS = [1, 2, 4]
 MiB = 2**20
 
 model = make_gemm_model(N_WEIGHTS, DIM)
 size = weights_nbytes(N_WEIGHTS, DIM)
 print(f"{N_WEIGHTS} weights of {DIM}x{DIM} float32: {size / MiB:.0f} MiB, {os.cpu_count()} CPUs")
-
-
-def best_time(fn, setup=None, repeat: int = REPEAT) -> float:
-    """Best wall time of ``repeat`` calls of ``fn()``, after one warm-up call.
-
-    ``setup()``, when given, runs before each call, outside the timing. The
-    best time is the cost of the code; slower runs measure the neighbours.
-    """
-    times = []
-    for _ in range(repeat + 1):
-        if setup is not None:
-            setup()
-        begin = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - begin)
-    return min(times[1:])
 
 
 # %%
@@ -144,7 +134,7 @@ for cache in caches:
                 "layout": name,
                 "library": "onnx",
                 "threads": 0,
-                "seconds": best_time(lambda p=path: onnx.load(p), setup),
+                "seconds": timed(lambda p=path: onnx.load(p), setup),
             }
         )
         for k in THREADS:
@@ -154,7 +144,7 @@ for cache in caches:
                     "layout": name,
                     "library": "onnx-light",
                     "threads": k,
-                    "seconds": best_time(lambda p=path, k=k: onnxl.load(p, num_threads=k), setup),
+                    "seconds": timed(lambda p=path, k=k: onnxl.load(p, num_threads=k), setup),
                 }
             )
 
@@ -225,7 +215,7 @@ for name in sources:
             "layout": name,
             "library": "onnx",
             "threads": 0,
-            "seconds": best_time(lambda n=name: onnx_save(n), prepare_onnx_save),
+            "seconds": timed(lambda n=name: onnx_save(n), prepare_onnx_save),
         }
     )
     for k in THREADS:
@@ -235,7 +225,7 @@ for name in sources:
                 "layout": name,
                 "library": "onnx-light",
                 "threads": k,
-                "seconds": best_time(lambda n=name, k=k: onnxl_save(n, k), empty_destination),
+                "seconds": timed(lambda n=name, k=k: onnxl_save(n, k), empty_destination),
             }
         )
 

@@ -25,19 +25,23 @@ def strip_raw_data(tensor: onnx.TensorProto) -> onnx.TensorProto:
     """
     out = onnx.TensorProto()
     for fd in tensor.DESCRIPTOR.fields:
-        name = fd.name
-        if name in ("raw_data", "external_data", "data_location"):
-            continue
-        if _is_repeated(fd):
-            values = getattr(tensor, name)
-            if len(values):
-                getattr(out, name).extend(values)
-        elif tensor.HasField(name):
-            if fd.message_type is not None:
-                getattr(out, name).CopyFrom(getattr(tensor, name))
-            else:
-                setattr(out, name, getattr(tensor, name))
+        if fd.name not in ("raw_data", "external_data", "data_location"):
+            _copy_field(tensor, out, fd)
     return out
+
+
+def _copy_field(src, dst, fd) -> None:
+    """Copy one field of ``src`` into ``dst`` (C-level copies, no raw_data read elsewhere)."""
+    name = fd.name
+    if _is_repeated(fd):
+        values = getattr(src, name)
+        if len(values):
+            getattr(dst, name).extend(values)
+    elif src.HasField(name):
+        if fd.message_type is not None:
+            getattr(dst, name).CopyFrom(getattr(src, name))
+        else:
+            setattr(dst, name, getattr(src, name))
 
 
 def _is_repeated(fd) -> bool:
@@ -64,15 +68,7 @@ def _encode(msg, trie: dict) -> bytes:
     for fd in msg.DESCRIPTOR.fields:
         name = fd.name
         if name not in fields:
-            if _is_repeated(fd):
-                values = getattr(msg, name)
-                if len(values):
-                    getattr(rest, name).extend(values)
-            elif msg.HasField(name):
-                if fd.message_type is not None:
-                    getattr(rest, name).CopyFrom(getattr(msg, name))
-                else:
-                    setattr(rest, name, getattr(msg, name))
+            _copy_field(msg, rest, fd)
             continue
         tag = encode_varint(fd.number << 3 | 2)
         items = enumerate(getattr(msg, name)) if _is_repeated(fd) else [(None, getattr(msg, name))]
