@@ -101,9 +101,10 @@ def read_external_data(
         FileNotFoundError: a referenced file is missing.
         ExternalDataError: a reference is malformed, unsafe or out of range.
     """
-    threads = check_num_threads(num_threads)
+    check_num_threads(num_threads)
     resolver = Resolver(base_dir)
     refs = [resolver.resolve(s) for s in iter_tensors(model) if is_external(s.tensor)]
+    threads = check_num_threads(num_threads, files=len({ref.file for ref in refs}))
     for ref, data in read_refs(refs, threads):
         tensor = ref.site.tensor
         del tensor.external_data[:]
@@ -128,7 +129,8 @@ def load(
             every inline raw_data of 1 KiB or more becomes an external
             reference into the ``.onnx`` file itself (location = its name,
             offset and length of the bytes). Requires ``load_external_data=False``.
-        num_threads: parallel readers (None: automatic).
+        num_threads: parallel readers (None: automatic, one per data file, at
+            most 4 and the number of CPUs).
 
     Returns:
         An :class:`onnx.ModelProto`.
@@ -140,7 +142,7 @@ def load(
         ExternalDataError: a reference is malformed, unsafe or out of range.
     """
     path = os.fsdecode(path)
-    threads = check_num_threads(num_threads)
+    check_num_threads(num_threads)
     if skip_raw_data and load_external_data:
         raise ValueError("skip_raw_data=True needs load_external_data=False")
     if skip_raw_data:
@@ -151,7 +153,7 @@ def load(
     model = parse_model(data, path)
     del data
     if load_external_data:
-        read_external_data(model, os.path.dirname(os.path.abspath(path)), threads)
+        read_external_data(model, os.path.dirname(os.path.abspath(path)), num_threads)
     return model
 
 
