@@ -1,0 +1,194 @@
+"""The measured operations, one function each, used by ``worker.py``.
+
+``OPS[name](paths, out)`` does the set-up that is not measured (e.g. loading
+the model a save starts from) and returns a :class:`Case`: ``run()`` is the
+measured operation; ``outputs`` are the files it writes (their sizes are the
+"bytes written"); ``cleanup()`` removes what it wrote outside ``out``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+from sources import ALIGNMENT, DATA, MODEL, Paths
+
+import onnx_light.onnx as onnxl
+
+NEW_WEIGHT_EVERY = 8  # the shared-save variant replaces 1 weight out of 8
+
+
+@dataclass
+class Case:
+    run: Callable[[], object]
+    outputs: list[str] = field(default_factory=list)
+    cleanup: Callable[[], None] | None = None
+
+
+def _options() -> onnxl.SerializeOptions:
+    opts = onnxl.SerializeOptions()
+    opts.alignment = ALIGNMENT
+    return opts
+
+
+def copyfile(p: Paths, out: str) -> Case:
+    """Kernel copy of the ``.data`` file (the floor of any re-alignment)."""
+    dst = os.path.join(out, DATA)
+    return Case(lambda: shutil.copyfile(p.two_data, dst), [dst])
+
+
+def align(p: Paths, out: str) -> Case:
+    """onnx-light: streaming re-alignment to 4096, weights never loaded."""
+    dst = os.path.join(out, MODEL)
+    return Case(
+        lambda: onnxl.align_external_data_streaming(p.two, dst, DATA, ALIGNMENT),
+        [dst, os.path.join(out, DATA)],
+    )
+
+
+def ir_align(p: Paths, out: str) -> Case:
+    """onnx-ir: ``ir.load`` + ``ir.save(alignment=4096)``, the same layout as ``align``."""
+    dst = os.path.join(out, MODEL)
+
+    def run():
+        model = ir.load(p.two)
+        ir.save(
+            model,
+            dst,
+            external_data=DATA,
+            size_threshold_bytes=1024,
+            alignment=ALIGNMENT,
+            align_threshold=0,
+        )
+
+    return Case(run, [dst, os.path.join(out, DATA)])
+
+
+def onnx_loadsave(p: Paths, out: str) -> Case:
+    """onnx: ``onnx.load`` + ``onnx.save(save_as_external_data=True)`` (no alignment)."""
+    dst = os.path.join(out, MODEL)
+
+    def run():
+        model = onnx.load(p.two)
+        onnx.save(model, dst, save_as_external_data=True, location=DATA)
+
+    return Case(run, [dst, os.path.join(out, DATA)])
+
+
+def light_loadsave(p: Paths, out: str) -> Case:
+    """onnx-light: ``load`` (weights in memory) + ``save(alignment=4096)``."""
+    dst = os.path.join(out, MODEL)
+
+    def run():
+        model = onnxl.load(p.two)
+        onnxl.save(model, dst, DATA, options=_options())
+
+    return Case(run, [dst, os.path.join(out, DATA)])
+
+
+def onnx_load(p: Paths, out: str) -> Case:
+    """onnx: ``onnx.load`` of the two-file model."""
+    return Case(lambda: onnx.load(p.two))
+
+
+def light_load2(p: Paths, out: str) -> Case:
+    """onnx-light: ``load(num_threads=2)`` of the two-file model."""
+    return Case(lambda: onnxl.load(p.two, num_threads=2))
+
+
+def _variant(p: Paths, load_external_data: bool) -> onnx.ModelProto:
+    """The two-file model with 1 weight out of 8 replaced by new inline values."""
+    model = onnxl.load(p.two, load_external_data=load_external_data)
+    rng = np.random.default_rng(123)
+    weights = [t for t in model.graph.initializer if t.name.startswith("W")]
+    for t in weights[::NEW_WEIGHT_EVERY]:
+        shape = tuple(t.dims)
+        del t.external_data[:]
+        t.data_location = onnx.TensorProto.DEFAULT
+        t.raw_data = rng.standard_normal(shape, dtype=np.float32).tobytes()
+    return model
+
+
+def shared_save(p: Paths, out: str) -> Case:
+    """onnx-light: ``save_model_with_shared_external_data`` of the variant.
+
+    The variant keeps pointing at the source's ``.data``, so it is saved next
+    to it (under a unique name, removed afterwards).
+    """
+    model = _variant(p, load_external_data=False)
+    dst = os.path.join(os.path.dirname(p.two), f"variant-{os.getpid()}.onnx")
+    outputs = [dst, dst + ".data"]
+
+    def cleanup():
+        for f in outputs:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(f)
+
+    return Case(
+        lambda: onnxl.save_model_with_shared_external_data(model, dst, _options()),
+        outputs,
+        cleanup,
+    )
+
+
+def full_save(p: Paths, out: str) -> Case:
+    """onnx-light: ``save(alignment=4096)`` of the same variant, every weight in memory."""
+    model = _variant(p, load_external_data=True)
+    dst = os.path.join(out, "variant.onnx")
+    return Case(
+        lambda: onnxl.save(model, dst, "variant.onnx.data", options=_options()),
+        [dst, dst + ".data"],
+    )
+
+
+def skip_load(p: Paths, out: str) -> Case:
+    """onnx-light: ``load(skip_raw_data=True)`` of the single-file model."""
+    return Case(lambda: onnxl.load(p.single, load_external_data=False, skip_raw_data=True))
+
+
+def onnx_load_single(p: Paths, out: str) -> Case:
+    """onnx: ``onnx.load`` of the single-file model."""
+    return Case(lambda: onnx.load(p.single))
+
+
+def _session(path: str):
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def ort_aligned(p: Paths, out: str) -> Case:
+    """onnxruntime: session from the aligned two-file model, prepacking disabled."""
+    return Case(lambda: _session(p.aligned))
+
+
+def ort_single(p: Paths, out: str) -> Case:
+    """onnxruntime: session from the single-file model, prepacking disabled."""
+    return Case(lambda: _session(p.single))
+
+
+OPS: dict[str, Callable[[Paths, str], Case]] = {
+    f.__name__: f
+    for f in (
+        copyfile,
+        align,
+        ir_align,
+        onnx_loadsave,
+        light_loadsave,
+        onnx_load,
+        light_load2,
+        shared_save,
+        full_save,
+        skip_load,
+        onnx_load_single,
+        ort_aligned,
+        ort_single,
+    )
+}

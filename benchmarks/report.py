@@ -1,0 +1,214 @@
+"""Turn the workers' records into the results table, CSV and plot."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import math
+import os
+import platform
+import statistics
+import subprocess
+import textwrap
+
+from suite import FIGURES, LABELS, MiB, Row
+
+COLUMNS = [
+    "operation",
+    "size",
+    "figure",
+    "value",
+    "reference",
+    "ref value",
+    "ratio",
+    "target",
+    "result",
+]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _ram() -> str:
+    try:
+        with open("/proc/meminfo") as f:
+            kib = int(f.readline().split()[1])
+        return f"{kib / 1024**2:.1f} GiB RAM"
+    except (OSError, ValueError, IndexError):
+        return "unknown RAM"
+
+
+def _version(module: str) -> str:
+    try:
+        return __import__(module).__version__
+    except Exception:  # any import failure just says "missing"
+        return "missing"
+
+
+def _git_commit(root: str) -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def machine_line(root: str) -> str:
+    """One line: CPU, cores, RAM, kernel, Python, library versions, commit, date."""
+    return (
+        f"machine: {_cpu_model()}, {os.cpu_count()} cores, {_ram()}, "
+        f"Linux {platform.release()}, Python {platform.python_version()}, "
+        f"onnx {_version('onnx')}, onnxruntime {_version('onnxruntime')}, "
+        f"onnx-ir {_version('onnx_ir')}, numpy {_version('numpy')}, "
+        f"onnx-light {_version('onnx_light')} ({_git_commit(root)}), "
+        f"{datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}"
+    )
+
+
+def fmt(figure: str, value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if figure in ("seconds", "cpu"):
+        return f"{value:.3f} s"
+    return f"{value / MiB:.1f} MiB"
+
+
+def _ratio(a: float, b: float) -> float:
+    if b == 0:
+        return 0.0 if a == 0 else math.inf
+    return a / b
+
+
+def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
+    """One result per (row, size) whose operations were measured.
+
+    Args:
+        rows: the rows to evaluate.
+        plan: ``[(size, operations)]`` that was run.
+        records: ``{(size, op): [record or None per round]}`` (None: the worker failed).
+
+    Returns:
+        Dicts with the table's columns plus raw numbers (``value_raw``,
+        ``ref_raw``, ``ratio_raw``, ``rounds``, ``passed``).
+    """
+    out = []
+    for size, ops in plan:
+        for row in rows:
+            if row.op not in ops or row.ref not in ops:
+                continue
+            mine, theirs = records[(size, row.op)], records[(size, row.ref)]
+            pairs = [
+                (a[row.figure], b[row.figure])
+                for a, b in zip(mine, theirs)
+                if a is not None and b is not None and a[row.figure] is not None
+            ]
+            if not pairs:
+                value = ref = ratio = math.nan
+                extra = {}
+                passed = None if row.kind is None else False
+                verdict = "ERROR" if row.kind else "info"
+            else:
+                extra = {
+                    "value_min": min(a for a, _ in pairs),
+                    "ref_min": min(b for _, b in pairs),
+                    "values": " ".join(f"{a:.6g}" for a, _ in pairs),
+                    "ref_values": " ".join(f"{b:.6g}" for _, b in pairs),
+                }
+                value = statistics.median(a for a, _ in pairs)
+                ref = statistics.median(b for _, b in pairs)
+                ratio = statistics.median(_ratio(a, b) for a, b in pairs)
+                passed = None
+                if row.kind == "ratio":
+                    passed = ratio <= row.target
+                elif row.kind == "abs":
+                    passed = value <= row.target
+                verdict = "info" if passed is None else ("PASS" if passed else "FAIL")
+            out.append(
+                {
+                    "operation": LABELS[row.op],
+                    "size": size,
+                    "figure": FIGURES[row.figure],
+                    "value": fmt(row.figure, value),
+                    "reference": LABELS[row.ref],
+                    "ref value": fmt(row.figure, ref),
+                    "ratio": "n/a" if math.isnan(ratio) else f"{ratio:.3f}",
+                    "target": row.target_text(),
+                    "result": verdict,
+                    "op": row.op,
+                    "ref_op": row.ref,
+                    "fig": row.figure,
+                    "kind": row.kind,
+                    "target_raw": row.target,
+                    "value_raw": value,
+                    "ref_raw": ref,
+                    "ratio_raw": ratio,
+                    "rounds": len(pairs),
+                    "passed": passed,
+                    **extra,
+                }
+            )
+    return out
+
+
+def markdown(results: list[dict], header: str, footer: str) -> str:
+    lines = [header, "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in results:
+        cells = [str(r[c]) for c in COLUMNS]
+        if r["result"] in ("FAIL", "ERROR"):
+            cells[-1] = f"**{cells[-1]}**"
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines + ["", footer, ""])
+
+
+def write_csv(results: list[dict], path: str) -> None:
+    keys = COLUMNS + ["op", "ref_op", "fig", "kind", "target_raw", "value_raw", "ref_raw"]
+    keys += ["ratio_raw", "rounds", "value_min", "ref_min", "values", "ref_values"]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, keys, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(results)
+
+
+def plot(results: list[dict], path: str, title: str) -> None:
+    """Each targeted figure as a fraction of its target (1 = just meets it), log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in results if r["kind"] and not math.isnan(r["value_raw"])]
+    labels, values, colors = [], [], []
+    for r in rows:
+        measured = r["ratio_raw"] if r["kind"] == "ratio" else r["value_raw"]
+        shown = r["ratio"] + "x" if r["kind"] == "ratio" else r["value"]
+        labels.append(
+            f"{r['op']} {r['fig']} vs {r['ref_op']} [{r['size']}]: {shown} ({r['target']})"
+        )
+        values.append(max(measured / r["target_raw"], 1e-3))
+        colors.append("tab:green" if r["passed"] else "tab:red")
+    fig, ax = plt.subplots(figsize=(10, 0.42 * len(rows) + 1.6))
+    y = range(len(rows))
+    ax.barh(list(y), values, color=colors)
+    ax.axvline(1.0, color="black", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_yticks(list(y), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("measured / target  (left of the dashed line = target met)")
+    ax.set_xlim(left=1e-3)
+    ax.set_title("\n".join(textwrap.wrap(title, 130)), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

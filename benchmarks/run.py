@@ -1,0 +1,173 @@
+"""``make bench``: onnx-light side by side with onnx, onnx-ir, shutil and onnxruntime.
+
+Writes the source models once into a work dir, then for each round, for each
+size: reads the sources once (warm page cache), and runs every operation in a
+fresh process (``worker.py``), in the same order each round (A B C A B C ...).
+Prints the results table and writes ``benchmarks/results/<name>.md``,
+``.csv`` and ``.png`` (``latest`` by default, ``smoke`` with ``--smoke``,
+``partial`` when ``--only`` or ``--sizes`` filters the suite).
+
+Exit code: 1 when a target fails or a worker crashes; with ``--smoke`` only a
+crash fails (tiny sizes say nothing about the targets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import report
+import sources
+from suite import GROUPS, ROWS, TIMELINE, plan
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=None, help="rounds (default 3, 1 with --smoke)")
+    p.add_argument("--workdir", help="where the sources go (kept and reused); default: a temp dir")
+    p.add_argument("--large", action="store_true", help="add the 4 GiB two-file model")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, 1 round: the suite runs")
+    p.add_argument("--only", help=f"comma-separated groups among {','.join(GROUPS)}")
+    p.add_argument("--sizes", help="comma-separated size names to keep (e.g. 1GiB)")
+    p.add_argument("--output", help="results name under benchmarks/results/")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds per worker")
+    args = p.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 1 if args.smoke else 3
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
+    groups = args.only.split(",") if args.only else list(GROUPS)
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown:
+        p.error(f"unknown group(s) {unknown}; known: {list(GROUPS)}")
+    args.groups = groups
+    if args.smoke:
+        args.two, args.single = ["2MiB"], ["2MiB"]
+    else:
+        args.two = ["96MiB", "1GiB"] + (["4GiB"] if args.large else [])
+        args.single = ["1GiB"]
+    if args.sizes:
+        keep = args.sizes.split(",")
+        args.two = [s for s in args.two if s in keep]
+        args.single = [s for s in args.single if s in keep]
+    if args.output is None:
+        args.output = "smoke" if args.smoke else "partial" if args.only or args.sizes else "latest"
+    return args
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_worker(op: str, workdir: str, size: str, timeout: float) -> dict | None:
+    cmd = [sys.executable, os.path.join(HERE, "worker.py"), op, workdir, size]
+    if op in TIMELINE:
+        cmd.append("--timeline")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        log(f"    {op} [{size}]: timed out after {timeout:.0f} s")
+        return None
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        log(f"    {op} [{size}]: worker failed (exit {proc.returncode})\n{proc.stderr[-3000:]}")
+        return None
+    return json.loads(lines[-1])
+
+
+def measure(args, workdir: str, todo) -> dict:
+    """Run every round; return ``{(size, op): [record or None per round]}``."""
+    records: dict = {(size, op): [] for size, ops in todo for op in ops}
+    for r in range(args.rounds):
+        for size, ops in todo:
+            paths = sources.Paths(workdir, size)
+            t0 = time.perf_counter()
+            n = sources.warm(paths.files(["two", "single", "aligned"]))
+            log(
+                f"[round {r + 1}/{args.rounds}] {size}: page cache warmed "
+                f"({n / sources.MiB:.0f} MiB read in {time.perf_counter() - t0:.1f} s)"
+            )
+            for op in ops:
+                os.sync()  # no write-back of earlier outputs during this one
+                rec = run_worker(op, workdir, size, args.timeout)
+                records[(size, op)].append(rec)
+                if rec is not None:
+                    extra = ""
+                    if rec["anon"] is not None:
+                        extra = (
+                            f", anon +{rec['anon'] / sources.MiB:.1f} MiB"
+                            f", file +{rec['file'] / sources.MiB:.1f} MiB"
+                        )
+                    log(
+                        f"    {op:16s} {rec['seconds']:8.3f} s  cpu {rec['cpu']:7.3f} s  "
+                        f"peak +{rec['peak'] / sources.MiB:.1f} MiB{extra}"
+                    )
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    todo = plan(args.groups, args.two, args.single)
+    if not todo:
+        log("nothing to run: --only/--sizes left no operation")
+        return 2
+    workdir = args.workdir or tempfile.mkdtemp(prefix="onnx-light-bench-", dir="/tmp")
+    workdir = os.path.abspath(workdir)
+    load_before = os.getloadavg()
+    try:
+        log(f"sources in {workdir}")
+        sources.ensure(workdir, args.two, args.single, log)
+        records = measure(args, workdir, todo)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    load_after = os.getloadavg()
+
+    results = report.evaluate(ROWS, todo, records)
+    command = "benchmarks/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    machine = report.machine_line(ROOT)
+    header = f"# onnx-light benchmarks ({args.output})\n\n{machine}\n\ncommand: `{command.strip()}`"
+    footer = (
+        f"{args.rounds} round(s), operations interleaved, each in a fresh process; page cache "
+        "warmed (every source file read once) at the start of each round and size. "
+        "value / ref value: medians over rounds; ratio: median over rounds of the per-round "
+        "ratio value / ref value (both measured in the same round). Memory: growth of the "
+        "kernel's peak RSS (VmHWM) during the operation; RssAnon / RssFile growth sampled "
+        "every ms. Load average (1 min) before / after: "
+        f"{load_before[0]:.2f} / {load_after[0]:.2f}."
+    )
+    text = report.markdown(results, header, footer)
+    print(text)
+    out_dir = os.path.join(HERE, "results")
+    os.makedirs(out_dir, exist_ok=True)
+    base = os.path.join(out_dir, args.output)
+    with open(base + ".md", "w") as f:
+        f.write(text)
+    report.write_csv(results, base + ".csv")
+    report.plot(results, base + ".png", machine)
+    log(f"wrote {base}.md, .csv and .png")
+
+    errors = [r for r in results if r["result"] == "ERROR"]
+    errors += [k for k, v in records.items() if any(x is None for x in v)]
+    failed = [r for r in results if r["result"] == "FAIL"]
+    if errors:
+        log(f"{len(errors)} error(s): a worker failed")
+        return 1
+    if failed and not args.smoke:
+        log(f"{len(failed)} target(s) missed")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The source models of the benchmark: written once into a work dir, then only read.
+
+Layout of the work dir, for each size name ``S``::
+
+    two-S/model.onnx (+ model.onnx.data)   onnx.save(save_as_external_data=True)
+    single-S/model.onnx                    onnx.save, one file (single-file sizes only)
+    aligned-S/model.onnx (+ .data)         align_external_data_streaming(two-S, 4096)
+    out/                                   scratch space of the workers
+
+``manifest.json`` records what was written; a later run with the same
+``--workdir`` reuses every source whose spec matches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+
+MiB = 1024 * 1024
+
+# name -> (n_weights, dim) of onnx_light.bench.make_gemm_model
+SIZES = {
+    "tiny": (2, 64),  # warm-up of every worker, never measured
+    "2MiB": (8, 256),  # --smoke
+    "96MiB": (24, 1024),
+    "1GiB": (64, 2048),
+    "4GiB": (256, 2048),  # --large
+}
+ALIGNMENT = 4096
+MODEL = "model.onnx"
+DATA = "model.onnx.data"
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where the sources of one size live (``single``/``aligned`` may not exist)."""
+
+    root: str
+    size: str
+
+    @property
+    def two(self) -> str:
+        return os.path.join(self.root, f"two-{self.size}", MODEL)
+
+    @property
+    def two_data(self) -> str:
+        return os.path.join(self.root, f"two-{self.size}", DATA)
+
+    @property
+    def single(self) -> str:
+        return os.path.join(self.root, f"single-{self.size}", MODEL)
+
+    @property
+    def aligned(self) -> str:
+        return os.path.join(self.root, f"aligned-{self.size}", MODEL)
+
+    @property
+    def out(self) -> str:
+        return os.path.join(self.root, "out")
+
+    def files(self, kinds) -> list[str]:
+        """Every existing file of the given kinds (``two``, ``single``, ``aligned``)."""
+        out = []
+        for kind in kinds:
+            folder = os.path.dirname(getattr(self, kind))
+            if os.path.isdir(folder):
+                out += [os.path.join(folder, f) for f in sorted(os.listdir(folder))]
+        return [f for f in out if os.path.isfile(f)]
+
+
+def _write(paths: Paths, kind: str, log) -> None:
+    import onnx
+
+    import onnx_light.onnx as onnxl
+    from onnx_light.bench import make_gemm_model
+
+    n, dim = SIZES[paths.size]
+    target = getattr(paths, kind)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    t0 = time.perf_counter()
+    if kind == "aligned":
+        onnxl.align_external_data_streaming(paths.two, target, DATA, ALIGNMENT)
+    else:
+        model = make_gemm_model(n, dim)
+        if kind == "two":
+            onnx.save(model, target, save_as_external_data=True, location=DATA)
+        else:
+            onnx.save(model, target)
+        del model
+    log(f"  wrote {kind}-{paths.size} in {time.perf_counter() - t0:.1f} s")
+
+
+def ensure(root: str, two_file: list[str], single_file: list[str], log=print) -> None:
+    """Write the sources missing from ``root`` (two-file, single-file and aligned models).
+
+    Args:
+        root: the work dir.
+        two_file: size names needing a two-file model.
+        single_file: size names needing a single-file model and an aligned
+            two-file one (made from the two-file model of the same size).
+        log: where progress lines go.
+    """
+    os.makedirs(os.path.join(root, "out"), exist_ok=True)
+    manifest_path = os.path.join(root, "manifest.json")
+    manifest = {}
+    if os.path.exists(manifest_path):
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+    wanted = [(s, "two") for s in set(two_file) | set(single_file) | {"tiny"}]
+    wanted += [(s, k) for s in set(single_file) | {"tiny"} for k in ("single", "aligned")]
+    wanted.sort(key=lambda sk: (SIZES[sk[0]][0] * SIZES[sk[0]][1] ** 2, sk[1] == "aligned"))
+    wrote = False
+    for size, kind in wanted:
+        key = f"{kind}-{size}"
+        paths = Paths(root, size)
+        if manifest.get(key) == list(SIZES[size]) and os.path.exists(getattr(paths, kind)):
+            continue
+        _write(paths, kind, log)
+        manifest[key] = list(SIZES[size])
+        with open(manifest_path, "w") as f:
+            json.dump(manifest, f, indent=1)
+        wrote = True
+    if wrote:
+        os.sync()  # write the sources back now, not during the measurements
+
+
+def warm(files: list[str], chunk: int = 8 * MiB) -> int:
+    """Read every file once so it sits in the page cache; return the bytes read."""
+    buf = bytearray(chunk)
+    total = 0
+    for path in files:
+        with open(path, "rb", buffering=0) as f:
+            while n := f.readinto(buf):
+                total += n
+    return total

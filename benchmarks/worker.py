@@ -1,0 +1,79 @@
+"""Measure ONE operation in this fresh process and print one JSON line.
+
+Usage: ``python benchmarks/worker.py OP WORKDIR SIZE [--timeline]``
+
+Everything is imported first (onnx, onnx-light, onnx-ir, onnxruntime), then
+the operation runs once on the ``tiny`` model (lazy imports, first-call
+set-up), then its unmeasured set-up runs, then the operation itself, inside
+:class:`~onnx_light.bench.PeakMemory` (the kernel's ``VmHWM``, reset through
+``/proc/self/clear_refs``) and, with ``--timeline``, an
+:class:`~onnx_light.bench.RssTimeline` sampling ``RssAnon`` and ``RssFile``
+every millisecond (for memory-mapped files, whose pages are file-backed).
+
+Printed fields: ``seconds`` (wall), ``cpu`` (user + system seconds of the
+process), ``peak`` (peak RSS growth, bytes), ``exact`` (whether ``peak`` is the
+kernel's), ``anon`` / ``file`` (sampled peak growth of RssAnon / RssFile,
+bytes; null without ``--timeline``), ``samples``, ``bytes`` (sizes of the
+files written).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from ops import OPS
+from sources import Paths
+
+from onnx_light.bench import PeakMemory, RssTimeline
+
+
+def _run_once(op: str, paths: Paths, timeline: bool) -> dict:
+    out = tempfile.mkdtemp(prefix=f"{op}-", dir=paths.out)
+    case = OPS[op](paths, out)
+    try:
+        gc.collect()
+        tl_ctx = RssTimeline(interval=0.001) if timeline else contextlib.nullcontext()
+        with PeakMemory() as pm, tl_ctx as tl:
+            cpu0 = os.times()
+            result = case.run()
+            cpu1 = os.times()
+        written = sum(os.path.getsize(f) for f in case.outputs if os.path.exists(f))
+        del result
+        return {
+            "seconds": pm.seconds,
+            "cpu": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
+            "peak": pm.growth,
+            "exact": pm.exact,
+            "anon": tl.growth("anon") if timeline else None,
+            "file": tl.growth("file") if timeline else None,
+            "samples": len(tl.samples) if timeline else 0,
+            "bytes": written,
+        }
+    finally:
+        if case.cleanup is not None:
+            case.cleanup()
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    op, workdir, size = argv[:3]
+    timeline = "--timeline" in argv[3:]
+    if op not in OPS:
+        print(f"unknown operation {op!r}; known: {', '.join(OPS)}", file=sys.stderr)
+        return 2
+    _run_once(op, Paths(workdir, "tiny"), timeline)  # warm-up, not reported
+    record = {"op": op, "size": size, "pid": os.getpid(), "time": time.time()}
+    record.update(_run_once(op, Paths(workdir, size), timeline))
+    print(json.dumps(record), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
