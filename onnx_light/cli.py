@@ -25,8 +25,9 @@ import onnx
 
 import onnx_light
 import onnx_light.onnx as onnxl
-from onnx_light.onnx._external import Resolver, check_location
-from onnx_light.onnx._tensors import is_external, iter_tensors, path_to_str, tensor_nbytes
+from onnx_light._inspect import model_info, verify_model
+from onnx_light._progress import Progress, human
+from onnx_light.onnx._tensors import is_external, iter_tensors
 
 PROG = "onnx-light"
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -59,71 +60,6 @@ def _chunk(text: str) -> int:
     return value
 
 
-def _human(n: int) -> str:
-    """``1536`` -> ``1.5 KiB``."""
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"  # pragma: no cover
-
-
-class _Progress:
-    """A ``progress(done, total)`` callback drawing a bar on stderr.
-
-    Uses tqdm when it is installed, else a one-line text bar redrawn in place.
-
-    Args:
-        label: shown before the bar.
-    """
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.bar = None
-        self.last = 0
-        self.drawn = -1.0
-        try:
-            import tqdm
-        except ImportError:
-            self.tqdm = None
-        else:
-            self.tqdm = tqdm.tqdm
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.tqdm is not None:
-            if self.bar is None:
-                self.bar = self.tqdm(
-                    total=total,
-                    desc=self.label,
-                    unit="B",
-                    unit_scale=True,
-                    unit_divisor=1024,
-                    file=sys.stderr,
-                    leave=False,
-                )
-            self.bar.update(done - self.last)
-            self.last = done
-            return
-        now = time.monotonic()
-        if done < total and now - self.drawn < 0.1:
-            return
-        self.drawn = now
-        frac = done / total if total else 1.0
-        bar = "#" * int(frac * 30)
-        sys.stderr.write(f"\r{self.label} [{bar:<30}] {frac:4.0%} {_human(done)}/{_human(total)}")
-        sys.stderr.flush()
-        self.last = done
-
-    def close(self) -> None:
-        """Remove the tqdm bar, or end the text bar's line."""
-        if self.bar is not None:
-            self.bar.close()
-        elif self.tqdm is None and self.drawn >= 0:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
 def _location(tensor: onnx.TensorProto) -> str:
     for entry in tensor.external_data:
         if entry.key == "location":
@@ -145,7 +81,7 @@ def cmd_align(args: argparse.Namespace) -> int:
         raise IsADirectoryError(f"destination {args.dst!r} is a folder, give a .onnx file path")
     weights = args.weights or os.path.basename(args.dst) + ".data"
     show = not args.quiet and sys.stderr.isatty()
-    progress = _Progress(f"align {os.path.basename(args.src)}") if show else None
+    progress = Progress(f"align {os.path.basename(args.src)}") if show else None
     start = time.perf_counter()
     try:
         written = onnxl.align_external_data_streaming(
@@ -175,104 +111,10 @@ def cmd_align(args: argparse.Namespace) -> int:
             else os.path.join(os.path.dirname(args.dst), weights)
         )
         print(
-            f"wrote {written} bytes ({_human(written)}) for {n} tensors to {target} "
+            f"wrote {written} bytes ({human(written)}) for {n} tensors to {target} "
             f"aligned to {args.alignment} in {elapsed:.2f} s"
         )
     return 0
-
-
-def _int_or_raw(value: str | None) -> int | str | None:
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return value
-
-
-def _pow2(offset: object) -> int | None:
-    """The largest power of two dividing ``offset`` (None for 0, unknown or inline)."""
-    if not isinstance(offset, int) or offset <= 0:
-        return None
-    return offset & -offset
-
-
-def _file_size(base: str, location: str) -> int | None:
-    """Size of the file behind a safe ``location``, None when missing or unsafe."""
-    try:
-        check_location(location, "")
-        return os.stat(os.path.join(base, location)).st_size
-    except (OSError, ValueError):
-        return None
-
-
-def model_info(path: str) -> dict:
-    """Describe every tensor of a model and where its bytes live, weights unread.
-
-    Args:
-        path: the ``.onnx`` file.
-
-    Returns:
-        A JSON-ready dict: ``model``, ``tensors`` (name, path, dtype, shape,
-        location (None when inline), offset, length, offset_pow2), ``files``
-        (location, tensors, bytes referenced, file_size: the size on disk, None
-        when missing or unsafe), ``external_tensors``, ``alignment`` (the
-        largest power of two dividing every external offset, None without
-        any nonzero offset) and ``aligned`` ({"4096": bool, "65536": bool}).
-    """
-    model = onnxl.load(path, load_external_data=False)
-    base = os.path.dirname(os.path.abspath(path))
-    tensors, files = [], {}
-    for site in iter_tensors(model):
-        t = site.tensor
-        try:
-            dtype = onnx.TensorProto.DataType.Name(t.data_type)
-        except ValueError:
-            dtype = str(t.data_type)
-        if is_external(t):
-            entries = {e.key: e.value for e in t.external_data}
-            location = entries.get("location", "")
-            offset = _int_or_raw(entries.get("offset", "0"))
-            length = _int_or_raw(entries.get("length"))
-            if length is None:
-                length = tensor_nbytes(t)
-        else:
-            location, offset = None, None
-            length = len(t.raw_data) if t.HasField("raw_data") else tensor_nbytes(t)
-        tensors.append(
-            {
-                "name": t.name or site.label,
-                "path": path_to_str(site.path),
-                "dtype": dtype,
-                "shape": list(t.dims),
-                "location": location,
-                "offset": offset,
-                "length": length,
-                "offset_pow2": _pow2(offset),
-            }
-        )
-        if location not in files:  # None: inline, in the .onnx itself
-            size = None if location is None else _file_size(base, location)
-            files[location] = {"location": location, "tensors": 0, "bytes": 0, "file_size": size}
-        entry = files[location]
-        entry["tensors"] += 1
-        entry["bytes"] += length if isinstance(length, int) else 0
-    external = [t for t in tensors if t["location"] is not None]
-    offsets = [t["offset"] for t in external]
-    alignment = None
-    if all(isinstance(o, int) for o in offsets) and any(offsets):
-        alignment = min(_pow2(o) for o in offsets if o)
-    aligned = {
-        str(a): all(isinstance(o, int) and o % a == 0 for o in offsets) for a in (4096, 65536)
-    }
-    return {
-        "model": path,
-        "tensors": tensors,
-        "files": list(files.values()),
-        "external_tensors": len(external),
-        "alignment": alignment,
-        "aligned": aligned,
-    }
 
 
 def _printable(text: str) -> str:
@@ -339,8 +181,8 @@ def cmd_info(args: argparse.Namespace) -> int:
             [
                 cell(f["location"], "inline"),
                 str(f["tensors"]),
-                f"{f['bytes']} ({_human(f['bytes'])})",
-                "-" if size is None else f"{size} ({_human(size)})",
+                f"{f['bytes']} ({human(f['bytes'])})",
+                "-" if size is None else f"{size} ({human(size)})",
             ]
         )
     print(_table(files, {1, 2, 3}))
@@ -351,32 +193,6 @@ def cmd_info(args: argparse.Namespace) -> int:
         note = " (no external tensors)" if not info["external_tensors"] else ""
         print(f"aligned to {a}: {'yes' if ok else 'no'}{note}")
     return 0
-
-
-def verify_model(path: str) -> tuple[int, list[str]]:
-    """Check every external reference of a model: resolves, safe, in range, dtype x dims.
-
-    Args:
-        path: the ``.onnx`` file.
-
-    Returns:
-        ``(number of external tensors, problems)``, one message per bad tensor.
-
-    Raises:
-        FileNotFoundError, ValueError: the model itself cannot be read.
-    """
-    model = onnxl.load(path, load_external_data=False)
-    resolver = Resolver(os.path.dirname(os.path.abspath(path)))
-    count, problems = 0, []
-    for site in iter_tensors(model):
-        if not is_external(site.tensor):
-            continue
-        count += 1
-        try:
-            resolver.resolve(site)
-        except (OSError, ValueError) as e:
-            problems.append(str(e))
-    return count, problems
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

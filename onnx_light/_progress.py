@@ -1,0 +1,71 @@
+"""A progress bar for long copies: tqdm when installed, else one line of text."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def human(n: int) -> str:
+    """``1536`` -> ``1.5 KiB``."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"  # pragma: no cover
+
+
+class Progress:
+    """A ``progress(done, total)`` callback drawing a bar on stderr.
+
+    Uses tqdm when it is installed, else a one-line text bar redrawn in place.
+
+    Args:
+        label: shown before the bar.
+    """
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.bar = None
+        self.last = 0
+        self.drawn = -1.0
+        try:
+            import tqdm
+        except ImportError:
+            self.tqdm = None
+        else:
+            self.tqdm = tqdm.tqdm
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.tqdm is not None:
+            if self.bar is None:
+                self.bar = self.tqdm(
+                    total=total,
+                    desc=self.label,
+                    unit="B",
+                    unit_scale=True,
+                    unit_divisor=1024,
+                    file=sys.stderr,
+                    leave=False,
+                )
+            self.bar.update(done - self.last)
+            self.last = done
+            return
+        now = time.monotonic()
+        if done < total and now - self.drawn < 0.1:
+            return
+        self.drawn = now
+        frac = done / total if total else 1.0
+        bar = "#" * int(frac * 30)
+        sys.stderr.write(f"\r{self.label} [{bar:<30}] {frac:4.0%} {human(done)}/{human(total)}")
+        sys.stderr.flush()
+        self.last = done
+
+    def close(self) -> None:
+        """Remove the tqdm bar, or end the text bar's line."""
+        if self.bar is not None:
+            self.bar.close()
+        elif self.tqdm is None and self.drawn >= 0:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
