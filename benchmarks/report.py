@@ -126,6 +126,9 @@ def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
                     "ref_min": min(b for _, b in pairs),
                     "values": " ".join(f"{a:.6g}" for a, _ in pairs),
                     "ref_values": " ".join(f"{b:.6g}" for _, b in pairs),
+                    "others_cpu": max(
+                        (r or {}).get("others_cpu", 0.0) for r in list(mine) + list(theirs)
+                    ),
                 }
                 value = statistics.median(a for a, _ in pairs)
                 ref = statistics.median(b for _, b in pairs)
@@ -175,7 +178,7 @@ def markdown(results: list[dict], header: str, footer: str) -> str:
 
 def write_csv(results: list[dict], path: str) -> None:
     keys = COLUMNS + ["op", "ref_op", "fig", "kind", "target_raw", "value_raw", "ref_raw"]
-    keys += ["ratio_raw", "rounds", "value_min", "ref_min", "values", "ref_values"]
+    keys += ["ratio_raw", "rounds", "value_min", "ref_min", "values", "ref_values", "others_cpu"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, keys, extrasaction="ignore")
         w.writeheader()

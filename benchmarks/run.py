@@ -2,7 +2,8 @@
 
 Writes the source models once into a work dir, then for each round, for each
 size: reads the sources once (warm page cache), and runs every operation in a
-fresh process (``worker.py``), in the same order each round (A B C A B C ...).
+fresh process (``worker.py``), interleaved (A B C, B C A, C A B, ...: the order
+rotates each round).
 Prints the results table and writes ``benchmarks/results/<name>.md``,
 ``.csv`` and ``.png`` (``latest`` by default, ``smoke`` with ``--smoke``,
 ``partial`` when ``--only`` or ``--sizes`` filters the suite).
@@ -18,6 +19,7 @@ import json
 import os
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -69,20 +71,48 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _cpu_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all CPUs since boot, from ``/proc/stat``."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
 def run_worker(op: str, workdir: str, size: str, timeout: float) -> dict | None:
+    """Run one measurement; also record how busy the other processes kept the CPUs."""
     cmd = [sys.executable, os.path.join(HERE, "worker.py"), op, workdir, size]
     if op in TIMELINE:
         cmd.append("--timeline")
+    busy0, total0 = _cpu_ticks()
+    child0 = os.times()
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")  # no idle BLAS threads spinning
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         log(f"    {op} [{size}]: timed out after {timeout:.0f} s")
         return None
+    busy1, total1 = _cpu_ticks()
+    child1 = os.times()
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         log(f"    {op} [{size}]: worker failed (exit {proc.returncode})\n{proc.stderr[-3000:]}")
         return None
-    return json.loads(lines[-1])
+    record = json.loads(lines[-1])
+    # CPU share used by OTHER processes while the worker ran (0 = quiet machine,
+    # 1 = one whole CPU busy elsewhere): busy ticks minus the worker's own CPU time.
+    tick = os.sysconf("SC_CLK_TCK")
+    mine = (child1.children_user - child0.children_user) + (
+        child1.children_system - child0.children_system
+    )
+    ncpu = os.cpu_count() or 1
+    if total1 > total0:
+        wall = (total1 - total0) / tick / ncpu
+        record["others_cpu"] = max(0.0, ((busy1 - busy0) / tick - mine) / wall)
+    return record
 
 
 def measure(args, workdir: str, todo) -> dict:
@@ -97,7 +127,10 @@ def measure(args, workdir: str, todo) -> dict:
                 f"[round {r + 1}/{args.rounds}] {size}: page cache warmed "
                 f"({n / sources.MiB:.0f} MiB read in {time.perf_counter() - t0:.1f} s)"
             )
-            for op in ops:
+            # rotate the order each round: an operation run right after one that
+            # freed a lot of memory finds it ready and runs faster (up to 2x here)
+            k = r % len(ops)
+            for op in ops[k:] + ops[:k]:
                 os.sync()  # no write-back of earlier outputs during this one
                 rec = run_worker(op, workdir, size, args.timeout)
                 records[(size, op)].append(rec)
@@ -110,7 +143,8 @@ def measure(args, workdir: str, todo) -> dict:
                         )
                     log(
                         f"    {op:16s} {rec['seconds']:8.3f} s  cpu {rec['cpu']:7.3f} s  "
-                        f"peak +{rec['peak'] / sources.MiB:.1f} MiB{extra}"
+                        f"peak +{rec['peak'] / sources.MiB:.1f} MiB{extra}  "
+                        f"(others: {rec.get('others_cpu', 0):.2f} CPU)"
                     )
     return records
 
@@ -132,19 +166,24 @@ def main(argv: list[str] | None = None) -> int:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
     load_after = os.getloadavg()
+    others = [r.get("others_cpu", 0.0) for v in records.values() for r in v if r is not None]
+    others_text = (
+        f"{statistics.median(others):.2f} median, {max(others):.2f} max" if others else "n/a"
+    )
 
     results = report.evaluate(ROWS, todo, records)
     command = "benchmarks/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     machine = report.machine_line(ROOT)
     header = f"# onnx-light benchmarks ({args.output})\n\n{machine}\n\ncommand: `{command.strip()}`"
     footer = (
-        f"{args.rounds} round(s), operations interleaved, each in a fresh process; page cache "
+        f"{args.rounds} round(s), operations interleaved (order rotated each round), each in a fresh process; page cache "
         "warmed (every source file read once) at the start of each round and size. "
         "value / ref value: medians over rounds; ratio: median over rounds of the per-round "
         "ratio value / ref value (both measured in the same round). Memory: growth of the "
         "kernel's peak RSS (VmHWM) during the operation; RssAnon / RssFile growth sampled "
         "every ms. Load average (1 min) before / after: "
-        f"{load_before[0]:.2f} / {load_after[0]:.2f}."
+        f"{load_before[0]:.2f} / {load_after[0]:.2f}; CPUs used by other processes "
+        f"during the measurements: {others_text} (of {os.cpu_count()})."
     )
     text = report.markdown(results, header, footer)
     print(text)
