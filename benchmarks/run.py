@@ -2,8 +2,8 @@
 
 Writes the source models once into a work dir, then for each round, for each
 size: reads the sources once (warm page cache), and runs every operation in a
-fresh process (``worker.py``), interleaved (A B C, B C A, C A B, ...: the order
-rotates each round).
+fresh process (``worker.py``), interleaved (every round runs each operation
+once, in a new seeded order).
 Prints the results table and writes ``benchmarks/results/<name>.md``,
 ``.csv`` and ``.png`` (``latest`` by default, ``smoke`` with ``--smoke``,
 ``partial`` when ``--only`` or ``--sizes`` filters the suite).
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shlex
 import shutil
 import statistics
@@ -43,6 +44,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sizes", help="comma-separated size names to keep (e.g. 1GiB)")
     p.add_argument("--output", help="results name under benchmarks/results/")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per worker")
+    p.add_argument(
+        "--pretouch",
+        type=float,
+        default=3.0,
+        help="before each measurement, touch then free this many times the model's "
+        "size of memory (default 3; 0 to disable)",
+    )
     args = p.parse_args(argv)
     if args.rounds is None:
         args.rounds = 1 if args.smoke else 3
@@ -82,11 +90,27 @@ def _cpu_ticks() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def run_worker(op: str, workdir: str, size: str, timeout: float) -> dict | None:
+def _pretouch_bytes(size: str, factor: float) -> int:
+    """``factor`` x the model's size, at most a quarter of the available memory."""
+    n, dim = sources.SIZES[size]
+    available = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return int(min(factor * n * dim * dim * 4, available // 4))
+
+
+def run_worker(op: str, workdir: str, size: str, timeout: float, touch: int = 0) -> dict | None:
     """Run one measurement; also record how busy the other processes kept the CPUs."""
     cmd = [sys.executable, os.path.join(HERE, "worker.py"), op, workdir, size]
     if op in TIMELINE:
         cmd.append("--timeline")
+    if touch:
+        cmd.append(f"--pretouch={touch}")
     busy0, total0 = _cpu_ticks()
     child0 = os.times()
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")  # no idle BLAS threads spinning
@@ -127,12 +151,16 @@ def measure(args, workdir: str, todo) -> dict:
                 f"[round {r + 1}/{args.rounds}] {size}: page cache warmed "
                 f"({n / sources.MiB:.0f} MiB read in {time.perf_counter() - t0:.1f} s)"
             )
-            # rotate the order each round: an operation run right after one that
-            # freed a lot of memory finds it ready and runs faster (up to 2x here)
-            k = r % len(ops)
-            for op in ops[k:] + ops[:k]:
+            # a new order each round (seeded): an operation run right after one
+            # that freed a lot of memory finds it ready and runs faster, so a
+            # fixed order would always favour the same operations
+            order = list(ops)
+            if r:
+                random.Random(r).shuffle(order)
+            touch = _pretouch_bytes(size, args.pretouch)
+            for op in order:
                 os.sync()  # no write-back of earlier outputs during this one
-                rec = run_worker(op, workdir, size, args.timeout)
+                rec = run_worker(op, workdir, size, args.timeout, touch)
                 records[(size, op)].append(rec)
                 if rec is not None:
                     extra = ""
@@ -176,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     machine = report.machine_line(ROOT)
     header = f"# onnx-light benchmarks ({args.output})\n\n{machine}\n\ncommand: `{command.strip()}`"
     footer = (
-        f"{args.rounds} round(s), operations interleaved (order rotated each round), each in a fresh process; page cache "
+        f"{args.rounds} round(s), operations interleaved (a new seeded order each round), "
+        "each in a fresh process, after touching and freeing "
+        f"{args.pretouch:g}x the model's size of memory; page cache "
         "warmed (every source file read once) at the start of each round and size. "
         "value / ref value: medians over rounds; ratio: median over rounds of the per-round "
         "ratio value / ref value (both measured in the same round). Memory: growth of the "
