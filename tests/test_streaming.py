@@ -242,3 +242,48 @@ def test_disk_full_leaves_nothing(tmp_path, monkeypatch):
         onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", 64)
     assert folder_digest(tmp_path) == digest
     assert not any(n.endswith(_atomic.TMP_SUFFIX) for n in os.listdir(tmp_path))
+
+
+def test_contiguous_tensors_copied_in_one_call(tmp_path, monkeypatch):
+    """Tensors that follow on in source and destination move in one system call."""
+    model = make_every_kind_model()
+    onnxl.save(model, tmp_path / "m.onnx", "m.data")  # dense
+    real = os.copy_file_range
+    calls = []
+
+    def counting(*a, **k):
+        calls.append(a[2])
+        return real(*a, **k)
+
+    monkeypatch.setattr(os, "copy_file_range", counting)
+    onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", 1)
+    assert len(calls) == 1, "dense to dense: one run"
+    assert read_back(tmp_path / "d.onnx") == tensor_bytes(model)
+    calls.clear()
+    onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "e.onnx", "e.data", 4096)
+    # padding breaks runs: W0 (262144 bytes, a multiple of 4096) and B0 still follow on
+    assert len(calls) == len(external_offsets(tmp_path / "e.onnx")) - 1
+    assert read_back(tmp_path / "e.onnx") == tensor_bytes(model)
+
+
+def test_truncated_mid_run_names_the_tensor(tmp_path):
+    model = make_every_kind_model()
+    onnxl.save(model, tmp_path / "m.onnx", "m.data")  # dense: one run
+    refs = external_offsets(tmp_path / "m.onnx")
+    cut = refs[3][1] + 10  # inside the fourth tensor
+    name = (
+        onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+        .graph.sparse_initializer[0]
+        .indices.name
+    )
+    assert refs[3][1] > 4096
+
+    def truncate(done, total):
+        if os.path.getsize(tmp_path / "m.data") > cut:
+            os.truncate(tmp_path / "m.data", cut)
+
+    with pytest.raises(OSError, match=f"'{name}'.*ended early"):
+        onnxl.align_external_data_streaming(
+            tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", 1, 4096, progress=truncate
+        )
+    assert sorted(os.listdir(tmp_path)) == ["m.data", "m.onnx"]

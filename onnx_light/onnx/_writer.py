@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ._copy import CopyEngine, pwrite_all
+from ._errors import TruncatedFileError
 from ._external import TensorRef
 from ._files import FilePool
 from ._layout import Layout
@@ -92,6 +93,65 @@ def _write_memory(fd: int, jobs: list[tuple[Item, int]], threads: int, done) -> 
             done(fut.result())
 
 
+@dataclass
+class _Run:
+    """File-backed tensors whose bytes follow on in the source and in the destination."""
+
+    file: str
+    src: int
+    dst: int
+    length: int
+    items: list[Item]
+
+
+def _runs(unique: list[tuple[Item, int]]) -> list[_Run]:
+    """Group file-backed items into runs copied in one go (fewer, longer system calls).
+
+    A model that is already aligned, or re-aligned densely, becomes one run
+    per source file; padding between two tensors starts a new run.
+    """
+    runs: list[_Run] = []
+    for item, offset in unique:
+        ref = item.ref
+        if ref is None:
+            continue
+        last = runs[-1] if runs else None
+        if (
+            last is not None
+            and last.file == ref.file
+            and last.src + last.length == ref.offset
+            and last.dst + last.length == offset
+        ):
+            last.length += ref.length
+            last.items.append(item)
+        else:
+            runs.append(_Run(ref.file, ref.offset, offset, ref.length, [item]))
+    return runs
+
+
+def _copy_run(engine: CopyEngine, src: int, dst: int, run: _Run) -> None:
+    """Copy one run; a truncated source names the tensor where the bytes ran out."""
+    first = run.items[0].site.label
+    what = f"tensor {first} in {run.file!r}"
+    if len(run.items) > 1:
+        what = f"tensors {first} to {run.items[-1].site.label} in {run.file!r}"
+    before = engine.done
+    try:
+        engine.copy(src, run.src, dst, run.dst, run.length, what)
+    except TruncatedFileError:
+        if len(run.items) == 1:
+            raise
+        position = engine.done - before
+        for item in run.items:
+            if position < item.size:
+                break
+            position -= item.size
+        raise TruncatedFileError(
+            f"tensor {item.site.label} in {run.file!r}: the source file ended early "
+            "(truncated while copying?)"
+        ) from None
+
+
 def write_weights(
     fd: int,
     items: list[Item],
@@ -123,11 +183,8 @@ def write_weights(
     unique = [(items[i], layout.offsets[i]) for i in layout.unique]
     total = sum(item.size for item, _ in unique)
     with CopyEngine(chunk_size, progress, total) as engine, FilePool() as pool:
-        for item, offset in unique:
-            ref = item.ref
-            if ref is not None:
-                what = f"tensor {item.site.label} in {ref.file!r}"
-                engine.copy(pool.fd(ref.file), ref.offset, fd, offset, ref.length, what)
+        for run in _runs(unique):
+            _copy_run(engine, pool.fd(run.file), fd, run)
         memory = [(item, offset) for item, offset in unique if item.ref is None]
         _write_memory(fd, memory, threads, engine.advance)
     os.ftruncate(fd, layout.total)
