@@ -44,13 +44,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sizes", help="comma-separated size names to keep (e.g. 1GiB)")
     p.add_argument("--output", help="results name under benchmarks/results/")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per worker")
-    p.add_argument(
-        "--pretouch",
-        type=float,
-        default=3.0,
-        help="before each measurement, touch then free this many times the model's "
-        "size of memory (default 3; 0 to disable)",
-    )
     args = p.parse_args(argv)
     if args.rounds is None:
         args.rounds = 1 if args.smoke else 3
@@ -90,27 +83,11 @@ def _cpu_ticks() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def _pretouch_bytes(size: str, factor: float) -> int:
-    """``factor`` x the model's size, at most a quarter of the available memory."""
-    n, dim = sources.SIZES[size]
-    available = 0
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    available = int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return int(min(factor * n * dim * dim * 4, available // 4))
-
-
-def run_worker(op: str, workdir: str, size: str, timeout: float, touch: int = 0) -> dict | None:
+def run_worker(op: str, workdir: str, size: str, timeout: float) -> dict | None:
     """Run one measurement; also record how busy the other processes kept the CPUs."""
     cmd = [sys.executable, os.path.join(HERE, "worker.py"), op, workdir, size]
     if op in TIMELINE:
         cmd.append("--timeline")
-    if touch:
-        cmd.append(f"--pretouch={touch}")
     busy0, total0 = _cpu_ticks()
     child0 = os.times()
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")  # no idle BLAS threads spinning
@@ -157,10 +134,9 @@ def measure(args, workdir: str, todo) -> dict:
             order = list(ops)
             if r:
                 random.Random(r).shuffle(order)
-            touch = _pretouch_bytes(size, args.pretouch)
             for op in order:
                 os.sync()  # no write-back of earlier outputs during this one
-                rec = run_worker(op, workdir, size, args.timeout, touch)
+                rec = run_worker(op, workdir, size, args.timeout)
                 records[(size, op)].append(rec)
                 if rec is not None:
                     extra = ""
@@ -205,8 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     header = f"# onnx-light benchmarks ({args.output})\n\n{machine}\n\ncommand: `{command.strip()}`"
     footer = (
         f"{args.rounds} round(s), operations interleaved (a new seeded order each round), "
-        "each in a fresh process, after touching and freeing "
-        f"{args.pretouch:g}x the model's size of memory; page cache "
+        "each in a fresh process; page cache "
         "warmed (every source file read once) at the start of each round and size. "
         "value / ref value: medians over rounds; ratio: median over rounds of the per-round "
         "ratio value / ref value (both measured in the same round). Memory: growth of the "

@@ -1,6 +1,6 @@
 """Measure ONE operation in this fresh process and print one JSON line.
 
-Usage: ``python benchmarks/worker.py OP WORKDIR SIZE [--timeline] [--pretouch=BYTES]``
+Usage: ``python benchmarks/worker.py OP WORKDIR SIZE [--timeline]``
 
 Everything is imported first (onnx, onnx-light, onnx-ir, onnxruntime), then
 the operation runs once on the ``tiny`` model (lazy imports, first-call
@@ -20,10 +20,8 @@ files written).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import json
-import mmap
 import os
 import shutil
 import sys
@@ -36,31 +34,11 @@ from sources import Paths
 from onnx_light.bench import PeakMemory, RssTimeline
 
 
-def pretouch(nbytes: int) -> None:
-    """Write to ``nbytes`` of fresh anonymous memory, then give it back.
-
-    On a virtual machine that hands freed memory back to its host (free page
-    reporting), the first write to a page the host took back costs several
-    times a normal page fault, and whether an operation gets such pages
-    depends on what ran before it. Touching then freeing as much memory as
-    the operation will use, right before it, makes every operation start
-    with the same supply of ready pages.
-    """
-    if nbytes <= 0:
-        return
-    buf = mmap.mmap(-1, nbytes)
-    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-    ctypes.memset(addr, 1, nbytes)
-    del addr
-    buf.close()
-
-
-def _run_once(op: str, paths: Paths, timeline: bool, touch: int = 0) -> dict:
+def _run_once(op: str, paths: Paths, timeline: bool) -> dict:
     out = tempfile.mkdtemp(prefix=f"{op}-", dir=paths.out)
     case = OPS[op](paths, out)
     try:
         gc.collect()
-        pretouch(touch)
         tl_ctx = RssTimeline(interval=0.001) if timeline else contextlib.nullcontext()
         with PeakMemory() as pm, tl_ctx as tl:
             cpu0 = os.times()
@@ -87,16 +65,12 @@ def _run_once(op: str, paths: Paths, timeline: bool, touch: int = 0) -> dict:
 def main(argv: list[str]) -> int:
     op, workdir, size = argv[:3]
     timeline = "--timeline" in argv[3:]
-    touch = 0
-    for arg in argv[3:]:
-        if arg.startswith("--pretouch="):
-            touch = int(arg.split("=", 1)[1])
     if op not in OPS:
         print(f"unknown operation {op!r}; known: {', '.join(OPS)}", file=sys.stderr)
         return 2
     _run_once(op, Paths(workdir, "tiny"), timeline)  # warm-up, not reported
     record = {"op": op, "size": size, "pid": os.getpid(), "time": time.time()}
-    record.update(_run_once(op, Paths(workdir, size), timeline, touch))
+    record.update(_run_once(op, Paths(workdir, size), timeline))
     print(json.dumps(record), flush=True)
     return 0
 
