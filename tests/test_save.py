@@ -208,3 +208,34 @@ def test_destination_is_a_folder(tmp_path, every_kind):
     with pytest.raises(IsADirectoryError, match="w.data"):
         onnxl.save(every_kind, tmp_path / "m.onnx", "w.data")
     assert sorted(os.listdir(tmp_path)) == ["d.onnx", "w.data"]
+
+
+_SAVE_PEAK = r"""
+import sys
+import onnx_light.onnx as onnxl
+from onnx_light.bench import PeakMemory, make_gemm_model
+model = make_gemm_model(48, 1024)  # 192 MiB, tensors of 4 MiB
+opts = onnxl.SerializeOptions(alignment=4096, num_threads=int(sys.argv[2]))
+with PeakMemory() as m:
+    onnxl.save(model, sys.argv[1], "w.data", options=opts)
+print(m.growth, m.exact)
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_save_memory_bounded_by_largest_tensor(tmp_path, threads):
+    """save grows peak RSS by at most the largest tensor + 64 MiB, never the model size."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _SAVE_PEAK, str(tmp_path / "m.onnx"), str(threads)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    growth, exact = int(out[0]), out[1] == "True"
+    if not exact:
+        pytest.skip("the kernel does not let VmHWM be reset here")
+    assert growth <= 4 * 2**20 + 64 * 2**20
+    assert os.path.getsize(tmp_path / "w.data") >= 192 * 2**20
