@@ -173,6 +173,24 @@ def read_back(path) -> dict:
     return out
 
 
+def peak_growth_in_subprocess(script: str, *args) -> int:
+    """Run ``script`` (which prints ``growth exact``) in a fresh interpreter.
+
+    Returns:
+        The peak RSS growth it measured, in bytes; skips the test where the
+        kernel does not let VmHWM be reset.
+    """
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    if out[1] != "True":
+        pytest.skip("the kernel does not let VmHWM be reset here")
+    return int(out[0])
+
+
 def sha256(path) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
