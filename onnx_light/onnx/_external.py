@@ -268,3 +268,10 @@ def set_external(tensor: onnx.TensorProto, pairs: list) -> None:
         entry.key = key
         entry.value = value
     tensor.data_location = onnx.TensorProto.EXTERNAL
+
+
+def set_inline(tensor: onnx.TensorProto, data: bytes) -> None:
+    """Make ``tensor`` hold ``data`` in ``raw_data`` (its external entries are cleared)."""
+    del tensor.external_data[:]
+    tensor.data_location = onnx.TensorProto.DEFAULT
+    tensor.raw_data = data

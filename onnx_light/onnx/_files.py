@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from concurrent.futures import ThreadPoolExecutor
 
 from ._errors import ExternalDataError, TruncatedFileError
 
@@ -98,3 +99,32 @@ def preallocate(fd: int, size: int) -> None:
         err = ctypes.get_errno()
         if err in (errno.ENOSPC, errno.EFBIG):
             raise OSError(err, os.strerror(err))
+
+
+def read_refs(refs: list, num_threads: int = 1):
+    """Yield ``(ref, bytes)`` for each :class:`TensorRef`, in order, read in parallel.
+
+    One descriptor per file; at most ``2 * num_threads`` reads are in flight,
+    so memory stays bounded.
+
+    Raises:
+        TruncatedFileError: a file is shorter than a reference says.
+    """
+    with FilePool() as pool:
+        fds = [pool.fd(ref.file) for ref in refs]
+        what = [f"tensor {ref.site.label} in {ref.file!r}" for ref in refs]
+        if num_threads == 1:
+            for ref, fd, w in zip(refs, fds, what, strict=False):
+                yield ref, pread_exact(fd, ref.length, ref.offset, w)
+            return
+        with ThreadPoolExecutor(num_threads) as ex:
+            window = 2 * num_threads
+            futures = []
+            for i, ref in enumerate(refs):
+                futures.append(ex.submit(pread_exact, fds[i], ref.length, ref.offset, what[i]))
+                if len(futures) >= window:
+                    j = i - len(futures) + 1
+                    yield refs[j], futures.pop(0).result()
+            start = len(refs) - len(futures)
+            for k, fut in enumerate(futures):
+                yield refs[start + k], fut.result()

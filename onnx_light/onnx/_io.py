@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import os
 import stat
-from concurrent.futures import ThreadPoolExecutor
 
 import onnx
 from google.protobuf.message import DecodeError
 
 from ._atomic import destination_dir, write_file_atomic
 from ._errors import ExternalDataError
-from ._external import Resolver, TensorRef
-from ._files import FilePool, pread_exact
+from ._external import Resolver, set_inline
+from ._files import read_refs
 from ._options import SerializeOptions, check_num_threads, check_options
 from ._plan import SavePlan
 from ._tensors import is_external, iter_tensors
@@ -65,31 +64,6 @@ def read_metadata(path: str, threshold: int = 1024) -> tuple[onnx.ModelProto, se
     return parse_model(data, path), set(converted)
 
 
-def read_refs(refs: list[TensorRef], num_threads: int):
-    """Yield ``(ref, bytes)`` for each reference, in order, read in parallel.
-
-    At most ``2 * num_threads`` reads are in flight, so memory stays bounded.
-    """
-    with FilePool() as pool:
-        fds = [pool.fd(ref.file) for ref in refs]
-        what = [f"tensor {ref.site.label} in {ref.file!r}" for ref in refs]
-        if num_threads == 1:
-            for ref, fd, w in zip(refs, fds, what, strict=False):
-                yield ref, pread_exact(fd, ref.length, ref.offset, w)
-            return
-        with ThreadPoolExecutor(num_threads) as ex:
-            window = 2 * num_threads
-            futures = []
-            for i, ref in enumerate(refs):
-                futures.append(ex.submit(pread_exact, fds[i], ref.length, ref.offset, what[i]))
-                if len(futures) >= window:
-                    j = i - len(futures) + 1
-                    yield refs[j], futures.pop(0).result()
-            start = len(refs) - len(futures)
-            for k, fut in enumerate(futures):
-                yield refs[start + k], fut.result()
-
-
 def read_external_data(
     model: onnx.ModelProto, base_dir: str, num_threads: int | None = None
 ) -> None:
@@ -112,10 +86,7 @@ def read_external_data(
     files = len({ref.file for ref in refs})
     threads = min(check_num_threads(num_threads, files=files), max(files, 1))
     for ref, data in read_refs(refs, threads):
-        tensor = ref.site.tensor
-        del tensor.external_data[:]
-        tensor.data_location = onnx.TensorProto.DEFAULT
-        tensor.raw_data = data
+        set_inline(ref.site.tensor, data)
 
 
 def load(

@@ -14,7 +14,7 @@ import onnx
 from ._atomic import AtomicFiles, weights_destination, write_all
 from ._errors import ExternalDataError
 from ._external import Resolver, external_entries, set_external
-from ._files import FilePool, pread_exact
+from ._files import read_refs
 from ._layout import Layout, plan_layout
 from ._options import SerializeOptions, check_alignment, check_num_threads
 from ._serialize import serialize_with, strip_raw_data
@@ -102,13 +102,10 @@ class SavePlan:
             sub = strip_raw_data(item.site.tensor)
             set_external(sub, external_entries(self.location, offset, item.size, item.entries))
             subs[item.site.path] = sub
-        if self.inline_refs:
-            with FilePool() as pool:
-                for ref in self.inline_refs:
-                    sub = strip_raw_data(ref.site.tensor)
-                    what = f"tensor {ref.site.label} in {ref.file!r}"
-                    sub.raw_data = pread_exact(pool.fd(ref.file), ref.length, ref.offset, what)
-                    subs[ref.site.path] = sub
+        for ref, data in read_refs(self.inline_refs):
+            sub = strip_raw_data(ref.site.tensor)
+            sub.raw_data = data
+            subs[ref.site.path] = sub
         return subs
 
     def serialize(self) -> bytes:

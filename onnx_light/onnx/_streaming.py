@@ -8,8 +8,8 @@ from collections.abc import Callable
 import onnx
 
 from ._atomic import AtomicFiles, destination_dir, weights_destination, write_all
-from ._external import Resolver, external_entries, set_external
-from ._files import FilePool, pread_exact
+from ._external import Resolver, external_entries, set_external, set_inline
+from ._files import read_refs
 from ._io import read_metadata
 from ._layout import plan_layout
 from ._options import SerializeOptions, check_alignment, check_options, check_size_threshold
@@ -120,14 +120,8 @@ def align_external_data_streaming(
     with AtomicFiles() as files:
         fd = files.create(weights_path)
         total = write_weights(fd, items, layout, 1, chunk_size, progress)
-        with FilePool() as pool:
-            for ref in inline:
-                tensor = ref.site.tensor
-                what = f"tensor {ref.site.label} in {ref.file!r}"
-                data = pread_exact(pool.fd(ref.file), ref.length, ref.offset, what)
-                del tensor.external_data[:]
-                tensor.data_location = onnx.TensorProto.DEFAULT
-                tensor.raw_data = data
+        for ref, data in read_refs(inline):
+            set_inline(ref.site.tensor, data)
         for item, offset in zip(items, layout.offsets, strict=False):
             pairs = external_entries(location, offset, item.size, item.entries)
             set_external(item.site.tensor, pairs)
