@@ -77,8 +77,6 @@ def cmd_align(args: argparse.Namespace) -> int:
     Returns:
         The exit code, 0.
     """
-    if os.path.isdir(args.dst):  # checked here: the library would leave DST.data behind
-        raise IsADirectoryError(f"destination {args.dst!r} is a folder, give a .onnx file path")
     weights = args.weights or os.path.basename(args.dst) + ".data"
     show = not args.quiet and sys.stderr.isatty()
     progress = Progress(f"align {os.path.basename(args.src)}") if show else None
