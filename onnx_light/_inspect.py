@@ -10,23 +10,30 @@ import os
 
 import onnx
 
-import onnx_light.onnx as onnxl
 from onnx_light.onnx._external import Resolver, check_location
+from onnx_light.onnx._io import scan_model
+from onnx_light.onnx._sources import SourceFiles
 from onnx_light.onnx._tensors import is_external, iter_tensors, path_to_str, tensor_nbytes
 
 
+def _text(value: str | bytes) -> str:
+    """A string field as text: protobuf gives bytes when it is not valid UTF-8."""
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
+
+
 def _int_or_raw(value: str | None) -> int | str | None:
+    """An offset or length as an int when it is one (ASCII digits, any sign), else as is."""
     if value is None:
         return None
-    try:
+    digits = value[1:] if value.startswith("-") else value
+    if digits.isascii() and digits.isdigit() and len(digits) <= 19:
         return int(value)
-    except ValueError:
-        return value
+    return value
 
 
 def _pow2(offset: object) -> int | None:
     """The largest power of two dividing ``offset`` (None for 0, unknown or inline)."""
-    if not isinstance(offset, int) or offset <= 0:
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset <= 0:
         return None
     return offset & -offset
 
@@ -54,9 +61,9 @@ def model_info(path: str) -> dict:
         largest power of two dividing every external offset, None without
         any nonzero offset) and ``aligned`` ({"4096": bool, "65536": bool}).
     """
-    model = onnxl.load(path, load_external_data=False, skip_raw_data=True)
     base = os.path.dirname(os.path.abspath(path))
-    own = os.path.basename(path)
+    with SourceFiles() as opened:
+        model, inline = scan_model(os.path.abspath(path), opened)
     tensors, files = [], {}
     for site in iter_tensors(model):
         t = site.tensor
@@ -65,20 +72,20 @@ def model_info(path: str) -> dict:
         except ValueError:
             dtype = str(t.data_type)
         if is_external(t):
-            entries = {e.key: e.value for e in t.external_data}
+            entries = {_text(e.key): _text(e.value) for e in t.external_data}
             location = entries.get("location", "")
             offset = _int_or_raw(entries.get("offset", "0"))
             length = _int_or_raw(entries.get("length"))
             if length is None:
                 length = tensor_nbytes(t)
-            if location == own:  # inline bytes, left in place by skip_raw_data
+            if inline.holds(entries):  # inline bytes, left in place by skip_raw_data
                 location, offset = None, None
         else:
             location, offset = None, None
             length = len(t.raw_data) if t.HasField("raw_data") else tensor_nbytes(t)
         tensors.append(
             {
-                "name": t.name or site.label,
+                "name": _text(t.name) or site.label,
                 "path": path_to_str(site.path),
                 "dtype": dtype,
                 "shape": list(t.dims),
@@ -97,7 +104,7 @@ def model_info(path: str) -> dict:
     external = [t for t in tensors if t["location"] is not None]
     offsets = [t["offset"] for t in external]
     alignment = None
-    if all(isinstance(o, int) for o in offsets) and any(offsets):
+    if all(isinstance(o, int) and o >= 0 for o in offsets) and any(offsets):
         alignment = min(_pow2(o) for o in offsets if o)
     aligned = {
         str(a): all(isinstance(o, int) and o % a == 0 for o in offsets) for a in (4096, 65536)
@@ -124,16 +131,19 @@ def verify_model(path: str) -> tuple[int, list[str]]:
     Raises:
         FileNotFoundError, ValueError: the model itself cannot be read.
     """
-    model = onnxl.load(path, load_external_data=False, skip_raw_data=True)
-    resolver = Resolver(os.path.dirname(os.path.abspath(path)))
-    own = os.path.basename(path)
+    path = os.path.abspath(path)
     count, problems = 0, []
-    for site in iter_tensors(model):
-        if not is_external(site.tensor):
-            continue
-        count += {e.key: e.value for e in site.tensor.external_data}.get("location") != own
-        try:
-            resolver.resolve(site)
-        except (OSError, ValueError) as e:
-            problems.append(str(e))
+    with SourceFiles() as files:
+        model, inline = scan_model(path, files)
+        resolver = Resolver(os.path.dirname(path), files, inline)
+        for site in iter_tensors(model):
+            if not is_external(site.tensor):
+                continue
+            try:
+                ref = resolver.resolve(site)
+            except (OSError, ValueError) as e:
+                problems.append(str(e))
+                count += 1
+                continue
+            count += ref.source is not inline.source  # inline bytes are not external
     return count, problems

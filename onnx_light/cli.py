@@ -21,13 +21,10 @@ import os
 import sys
 import time
 
-import onnx
-
 import onnx_light
 import onnx_light.onnx as onnxl
 from onnx_light._inspect import model_info, verify_model
 from onnx_light._progress import Progress, human
-from onnx_light.onnx._tensors import is_external, iter_tensors
 
 PROG = "onnx-light"
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -60,13 +57,6 @@ def _chunk(text: str) -> int:
     return value
 
 
-def _location(tensor: onnx.TensorProto) -> str:
-    for entry in tensor.external_data:
-        if entry.key == "location":
-            return entry.value
-    return ""
-
-
 def cmd_align(args: argparse.Namespace) -> int:
     """Run ``onnx-light align``.
 
@@ -96,20 +86,15 @@ def cmd_align(args: argparse.Namespace) -> int:
             progress.close()
     elapsed = time.perf_counter() - start
     if not args.quiet:
-        # Count from the metadata only: inline raw_data turns into references
-        # into the .onnx itself, which are not counted.
-        own = os.path.basename(args.dst)
-        model = onnxl.load(args.dst, load_external_data=False, skip_raw_data=True)
-        n = sum(
-            1 for s in iter_tensors(model) if is_external(s.tensor) and _location(s.tensor) != own
-        )
+        # Counted from the metadata only (inline bytes are not external tensors).
+        n = model_info(args.dst)["external_tensors"]
         target = (
             weights
             if os.path.dirname(weights)
             else os.path.join(os.path.dirname(args.dst), weights)
         )
         print(
-            f"wrote {written} bytes ({human(written)}) for {n} tensors to {target} "
+            f"wrote {written} bytes ({human(written)}) for {n} tensors to {_printable(target)} "
             f"aligned to {args.alignment} in {elapsed:.2f} s"
         )
     return 0
@@ -169,7 +154,10 @@ def cmd_info(args: argparse.Namespace) -> int:
                 pow2,
             ]
         )
-    print(f"{info['model']}: {len(info['tensors'])} tensors, {info['external_tensors']} external")
+    print(
+        f"{_printable(info['model'])}: {len(info['tensors'])} tensors, "
+        f"{info['external_tensors']} external"
+    )
     print(_table(rows, {4, 5, 6}))
     print()
     files = [["file", "tensors", "bytes", "file size"]]
@@ -204,11 +192,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     """
     count, problems = verify_model(args.model)
     for p in problems:
-        print(p)
+        print(_printable(p))
+    model = _printable(args.model)
     if problems:
-        print(f"{PROG}: error: {len(problems)} bad reference(s) in {args.model}", file=sys.stderr)
+        print(f"{PROG}: error: {len(problems)} bad reference(s) in {model}", file=sys.stderr)
         return 1
-    print(f"OK {args.model}: {count} external tensors, every reference valid")
+    print(f"OK {model}: {count} external tensors, every reference valid")
     return 0
 
 
@@ -314,8 +303,15 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except (OSError, ValueError) as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {_printable(str(e))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # never a traceback, whatever the input file holds
+        print(
+            f"{PROG}: error: unexpected {type(e).__name__}: {_printable(str(e))} "
+            "(please report it)",
+            file=sys.stderr,
+        )
+        return 1

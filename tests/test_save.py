@@ -167,9 +167,14 @@ def test_refuses_to_overwrite_its_own_source(tmp_path, every_kind):
     with pytest.raises(onnxl.ExternalDataError, match="overwrite"):
         onnxl.save(meta, tmp_path / "m.onnx", "m.data")
     assert folder_digest(tmp_path) == digest
-    # streaming the bytes instead re-aligns in place, atomically
+    # streaming the bytes instead: save cannot know which other .onnx reads
+    # m.data, so it refuses too, and points at the declared in-place case
     opts = _opts(use_external_data_location=False, alignment=4096)
-    onnxl.save(meta, tmp_path / "m.onnx", "m.data", options=opts)
+    for dst in ("m.onnx", "other.onnx"):
+        with pytest.raises(onnxl.ExternalDataError, match="overwrite.*align_external_data"):
+            onnxl.save(meta, tmp_path / dst, "m.data", options=opts)
+        assert folder_digest(tmp_path) == digest
+    onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "m.onnx", "m.data")
     assert all(off % 4096 == 0 for _, off, _ in external_offsets(tmp_path / "m.onnx"))
     assert read_back(tmp_path / "m.onnx") == tensor_bytes(every_kind)
 

@@ -3,16 +3,22 @@
 A reference is accepted only when it is safe and in range (the rules of
 onnx >= 1.22, and a few more):
 
-- ``location`` is present, relative, without ``..`` components, and once
-  symlinks are resolved it still lies inside the model's folder;
+- ``location`` is present, valid UTF-8, relative (no ``/x``, ``\\x`` or
+  ``C:x``), without ``..`` components, not ending in ``/``, and once symlinks
+  are resolved it still lies inside the model's folder;
 - the file exists, is a regular file (no FIFO, device or folder) and has a
   single hard link (a hard link can make any file of the disk appear inside
-  the folder; onnx refuses them too);
+  the folder; onnx refuses them too), checked on the open descriptor
+  (:mod:`._sources`);
 - ``offset`` and ``length`` are plain decimal integers (ASCII digits only, as
-  onnxruntime parses them), ``offset + length`` fits in the file, and
-  ``length`` equals dtype x dims when both are known;
+  onnxruntime parses them, at most 100 digits), ``offset + length`` fits in
+  the file, and ``length`` equals dtype x dims when both are known;
 - no key is repeated; an EXTERNAL tensor carries no data of its own
   (``raw_data``, ``float_data``, ...); string tensors are never external.
+
+The inline bytes of the ``.onnx`` the caller names (references the scanner
+made, see :class:`InlineSpans`) are not external references: they are read
+from the model file itself, whatever its name or links.
 
 Every error names the tensor and the file.
 """
@@ -20,15 +26,16 @@ Every error names the tensor and the file.
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 
 import onnx
 
 from ._errors import ExternalDataError
+from ._sources import SourceFile, SourceFiles
 from ._tensors import TensorSite, tensor_nbytes
 
 KNOWN_KEYS = ("location", "offset", "length", "checksum", "basepath")
+MAX_DIGITS = 100  # longer integers are not parsed (int() refuses over 4300 digits)
 _TYPED_FIELDS = (
     "float_data",
     "int32_data",
@@ -45,23 +52,52 @@ class TensorRef:
 
     Attributes:
         site: the tensor and its path in the model.
-        file: absolute path of the file holding the bytes.
-        offset: first byte of the tensor in ``file``.
+        source: the opened, checked file holding the bytes.
+        offset: first byte of the tensor in the file.
         length: number of bytes.
         entries: the tensor's ``external_data`` as an ordered dict (other keys
             such as ``checksum`` are carried along).
     """
 
     site: TensorSite
-    file: str
+    source: SourceFile
     offset: int
     length: int
     entries: dict[str, str]
 
     @property
-    def span(self) -> tuple[str, int, int]:
+    def file(self) -> str:
+        """The path of the file holding the bytes, for messages."""
+        return self.source.path
+
+    @property
+    def span(self) -> tuple[tuple[int, int], int, int]:
         """The source byte range, the key two tensors share a copy by."""
-        return (self.file, self.offset, self.length)
+        return (self.source.identity, self.offset, self.length)
+
+
+@dataclass(frozen=True)
+class InlineSpans:
+    """The inline raw_data the scanner turned into references into the model file.
+
+    Attributes:
+        location: the ``location`` the scanner recorded for them.
+        spans: their ``(offset, length)`` in the model file.
+        source: the model file, opened by the scan.
+    """
+
+    location: str
+    spans: frozenset
+    source: SourceFile
+
+    def holds(self, entries: dict[str, str]) -> bool:
+        """True when ``entries`` point at one of these spans."""
+        if entries.get("location") != self.location:
+            return False
+        offset, length = entries.get("offset", "0"), entries.get("length", "")
+        if not (offset.isdigit() and length.isdigit()):
+            return False
+        return (int(offset), int(length)) in self.spans
 
 
 def check_location(location: str, what: str) -> None:
@@ -79,7 +115,13 @@ def check_location(location: str, what: str) -> None:
     if "\x00" in location:
         raise ExternalDataError(f"{what}: location {location!r} contains a NUL byte")
     parts = location.replace("\\", "/").split("/")
-    if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in parts[0]:
+    drive = (
+        len(parts[0]) >= 2
+        and parts[0][1] == ":"
+        and parts[0][0].isascii()
+        and parts[0][0].isalpha()
+    )
+    if os.path.isabs(location) or location.startswith(("/", "\\")) or drive:
         raise ExternalDataError(
             f"{what}: location {location!r} is absolute; "
             "external data must be relative to the model's folder"
@@ -89,6 +131,10 @@ def check_location(location: str, what: str) -> None:
             f"{what}: location {location!r} contains '..'; "
             "external data must stay inside the model's folder"
         )
+    if location.endswith("/"):
+        # os.path.realpath drops the slash, open() refuses it: two readers
+        # would see two things
+        raise ExternalDataError(f"{what}: location {location!r} ends with '/': not a file name")
 
 
 def _int_entry(entries: dict[str, str], key: str, label: str, file: str) -> int | None:
@@ -96,6 +142,11 @@ def _int_entry(entries: dict[str, str], key: str, label: str, file: str) -> int 
         return None
     raw = entries[key]
     digits = raw[1:] if raw.startswith("-") else raw
+    if digits.isascii() and digits.isdigit() and len(digits.lstrip("0")) > MAX_DIGITS:
+        raise ExternalDataError(
+            f"tensor {label} in {file!r}: external_data {key} has {len(digits)} digits, "
+            "more than any file offset (2**63 - 1)"
+        )
     if not (digits.isascii() and digits.isdigit()):
         # int() would also take " 1", "+1", "1_0" or non-ASCII digits, which
         # onnxruntime refuses: two readers must never see different offsets.
@@ -119,8 +170,12 @@ def _carried_data(tensor: onnx.TensorProto) -> str | None:
     return None
 
 
-def read_entries(site: TensorSite) -> dict[str, str]:
+def read_entries(site: TensorSite, check: bool = True) -> dict[str, str]:
     """The ``external_data`` entries of a tensor as a dict, checked for duplicates.
+
+    Args:
+        site: the tensor.
+        check: also check that the location is safe (:func:`check_location`).
 
     Raises:
         ExternalDataError: on a repeated key, a missing location, data of its own
@@ -130,6 +185,13 @@ def read_entries(site: TensorSite) -> dict[str, str]:
     tensor = site.tensor
     entries: dict[str, str] = {}
     for entry in tensor.external_data:
+        key, value = entry.key, entry.value
+        if isinstance(key, bytes) or isinstance(value, bytes):  # not valid UTF-8
+            bad = key if isinstance(key, bytes) else value
+            raise ExternalDataError(
+                f"tensor {site.label}: external_data holds {bad!r}, which is not valid "
+                "UTF-8 (protobuf strings must be)"
+            )
         if entry.key in entries:
             raise ExternalDataError(
                 f"tensor {site.label}: external_data key {entry.key!r} appears twice"
@@ -138,7 +200,8 @@ def read_entries(site: TensorSite) -> dict[str, str]:
     location = entries.get("location", "")
     if "location" not in entries:
         raise ExternalDataError(f"tensor {site.label}: external_data has no 'location'")
-    check_location(location, f"tensor {site.label}")
+    if check:
+        check_location(location, f"tensor {site.label}")
     carried = _carried_data(tensor)
     if carried is not None:
         raise ExternalDataError(
@@ -152,56 +215,37 @@ def read_entries(site: TensorSite) -> dict[str, str]:
 
 
 class Resolver:
-    """Resolves references relative to one folder, one ``stat`` per file.
+    """Resolves references relative to one folder, opening each file once.
 
     Args:
         base_dir: the folder locations are relative to (the model's folder).
+        files: the call's :class:`SourceFiles`, which opens and checks each
+            file and keeps its descriptor.
+        inline: the spans of the model file's own inline bytes, when the
+            model was scanned with ``skip_raw_data`` (read from the model
+            file the caller named, without the rules for external files).
     """
 
-    def __init__(self, base_dir: str | os.PathLike) -> None:
+    def __init__(
+        self,
+        base_dir: str | os.PathLike,
+        files: SourceFiles,
+        inline: InlineSpans | None = None,
+    ) -> None:
         self.base_dir = os.path.abspath(os.fsdecode(base_dir))
         self._real_base = os.path.realpath(self.base_dir)
-        self._files: dict[str, tuple[str, int]] = {}
+        self.files = files
+        self.inline = inline
 
-    def file_of(self, location: str, label: str) -> tuple[str, int]:
-        """Absolute path and size of the file behind ``location``.
+    def source_of(self, location: str, label: str) -> SourceFile:
+        """The opened, checked file behind ``location``.
 
         Raises:
             FileNotFoundError: when the file does not exist.
-            ExternalDataError: when it escapes the folder or is not a regular file.
+            ExternalDataError: when it escapes the folder, is not a regular
+                file or has several hard links.
         """
-        cached = self._files.get(location)
-        if cached is not None:
-            return cached
-        path = os.path.join(self.base_dir, location)
-        real = os.path.realpath(path)
-        if os.path.commonpath([real, self._real_base]) != self._real_base:
-            raise ExternalDataError(
-                f"tensor {label}: location {location!r} resolves to {real!r}, "
-                f"outside the model folder {self.base_dir!r} (symlink?)"
-            )
-        try:
-            st = os.stat(real)
-        except FileNotFoundError:
-            raise FileNotFoundError(
-                f"tensor {label}: external data file {path!r} does not exist"
-            ) from None
-        except OSError as e:  # a loop of symlinks, a name too long, a file as a folder...
-            raise type(e)(
-                e.errno, f"tensor {label}: cannot reach external data file {path!r}: {e.strerror}"
-            ) from None
-        if not stat.S_ISREG(st.st_mode):
-            raise ExternalDataError(
-                f"tensor {label}: external data file {path!r} is not a regular file"
-            )
-        if st.st_nlink > 1:
-            raise ExternalDataError(
-                f"tensor {label}: external data file {path!r} has {st.st_nlink} hard links; "
-                "a hard link can bring any file of the disk into the model folder, so it "
-                "is refused (as onnx does): copy the file to give it a single link"
-            )
-        self._files[location] = (real, st.st_size)
-        return real, st.st_size
+        return self.files.data(self.base_dir, self._real_base, location, label)
 
     def resolve(self, site: TensorSite) -> TensorRef:
         """Validate the reference of an EXTERNAL tensor.
@@ -216,9 +260,13 @@ class Resolver:
             FileNotFoundError: the file is missing.
             ExternalDataError: the reference is malformed, unsafe or out of range.
         """
-        entries = read_entries(site)
-        location = entries["location"]
-        file, size = self.file_of(location, site.label)
+        entries = read_entries(site, check=False)
+        if self.inline is not None and self.inline.holds(entries):
+            source = self.inline.source
+        else:
+            check_location(entries["location"], f"tensor {site.label}")
+            source = self.source_of(entries["location"], site.label)
+        file, size = source.path, source.size
         offset = _int_entry(entries, "offset", site.label, file) or 0
         length = _int_entry(entries, "length", site.label, file)
         if offset > size:
@@ -239,7 +287,7 @@ class Resolver:
                 f"tensor {site.label} in {file!r}: length {length} does not match "
                 f"dtype x dims ({expected} bytes)"
             )
-        return TensorRef(site, file, offset, length, entries)
+        return TensorRef(site, source, offset, length, entries)
 
 
 def external_entries(location: str, offset: int, length: int, extra: dict[str, str]) -> list:

@@ -1,48 +1,13 @@
-"""Files: one read-only descriptor per source file, exact positional reads, preallocation."""
+"""Reading and sizing files: exact positional reads, reading references, preallocation."""
 
 from __future__ import annotations
 
 import errno
 import os
-import stat
 from concurrent.futures import ThreadPoolExecutor
 
-from ._errors import ExternalDataError, TruncatedFileError
-
-
-class FilePool:
-    """One read-only descriptor per source file, closed together.
-
-    Use as a context manager.
-    """
-
-    def __init__(self) -> None:
-        self._fds: dict[str, int] = {}
-
-    def __enter__(self) -> FilePool:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
-
-    def fd(self, path: str) -> int:
-        """The descriptor of ``path``, opened on first use.
-
-        Raises:
-            ExternalDataError: the path is not a regular file once opened.
-        """
-        fd = self._fds.get(path)
-        if fd is None:
-            # paths come resolved from the Resolver: a symlink here now means the
-            # file was swapped since it was checked, so it is not followed
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                os.close(fd)
-                raise ExternalDataError(f"external data file {path!r} is not a regular file")
-            self._fds[path] = fd
-        return fd
+from ._errors import TruncatedFileError
+from ._layout import MAX_FILE_SIZE
 
 
 def pread_exact(fd: int, length: int, offset: int, what: str) -> bytes:
@@ -64,21 +29,42 @@ def pread_exact(fd: int, length: int, offset: int, what: str) -> bytes:
     return bytes(buf)
 
 
+def read_whole(fd: int, size: int, what: str) -> bytearray:
+    """Read the first ``size`` bytes of a file into one new buffer (no second copy).
+
+    Raises:
+        TruncatedFileError: the file is shorter (truncated while reading).
+    """
+    buf = bytearray(size)
+    view = memoryview(buf)
+    done = 0
+    while done < size:
+        n = os.preadv(fd, [view[done : done + (1 << 30)]], done)
+        if n == 0:
+            raise TruncatedFileError(f"{what}: the file ended early (truncated while reading?)")
+        done += n
+    return buf
+
+
+_NO_FALLOCATE = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
 _fallocate = None
 
 
 def preallocate(fd: int, size: int) -> None:
-    """Reserve ``size`` bytes for a new file with ``fallocate(2)``, best effort.
+    """Reserve ``size`` bytes for a new file with ``fallocate(2)``.
 
     The copies that follow then write into reserved blocks (measured by
     ``make bench``: a re-align of 1 GiB 4% faster), and a full disk fails
     before any byte is copied. Unlike ``os.posix_fallocate``, glibc's
     ``fallocate`` never emulates the call by writing the file: where the
-    filesystem does not support it, nothing happens.
+    filesystem does not support it (EOPNOTSUPP, ENOSYS), nothing happens.
 
     Raises:
-        OSError: ENOSPC or EFBIG (no room for the file).
+        ValueError: ``size`` does not fit in a file offset (2**63 - 1).
+        OSError: any other failure (ENOSPC, EFBIG, EIO...).
     """
+    if size > MAX_FILE_SIZE:
+        raise ValueError(f"a file of {size} bytes is larger than any file can be (2**63 - 1)")
     global _fallocate
     if _fallocate is None:
         try:
@@ -97,34 +83,41 @@ def preallocate(fd: int, size: int) -> None:
 
     if _fallocate(fd, 0, 0, size) != 0:
         err = ctypes.get_errno()
-        if err in (errno.ENOSPC, errno.EFBIG):
+        if err not in _NO_FALLOCATE:
             raise OSError(err, os.strerror(err))
 
 
-def read_refs(refs: list, num_threads: int = 1):
+def read_refs(refs: list, files, num_threads: int = 1):
     """Yield ``(ref, bytes)`` for each :class:`TensorRef`, in order, read in parallel.
 
-    One descriptor per file; at most ``2 * num_threads`` reads are in flight,
-    so memory stays bounded.
+    Each read goes through the descriptor ``files`` (the call's
+    :class:`SourceFiles`) opened when the reference was checked. At most
+    ``2 * num_threads`` reads are in flight, so memory stays bounded.
 
     Raises:
         TruncatedFileError: a file is shorter than a reference says.
+        ExternalDataError: a file closed to respect the descriptor budget
+            changed before it was reopened.
     """
-    with FilePool() as pool:
-        fds = [pool.fd(ref.file) for ref in refs]
-        what = [f"tensor {ref.site.label} in {ref.file!r}" for ref in refs]
-        if num_threads == 1:
-            for ref, fd, w in zip(refs, fds, what, strict=False):
-                yield ref, pread_exact(fd, ref.length, ref.offset, w)
-            return
-        with ThreadPoolExecutor(num_threads) as ex:
-            window = 2 * num_threads
-            futures = []
-            for i, ref in enumerate(refs):
-                futures.append(ex.submit(pread_exact, fds[i], ref.length, ref.offset, what[i]))
-                if len(futures) >= window:
-                    j = i - len(futures) + 1
-                    yield refs[j], futures.pop(0).result()
-            start = len(refs) - len(futures)
-            for k, fut in enumerate(futures):
-                yield refs[start + k], fut.result()
+
+    def read(ref) -> bytes:
+        with files.lease(ref.source) as fd:
+            return pread_exact(
+                fd, ref.length, ref.offset, f"tensor {ref.site.label} in {ref.file!r}"
+            )
+
+    if num_threads == 1:
+        for ref in refs:
+            yield ref, read(ref)
+        return
+    with ThreadPoolExecutor(num_threads) as ex:
+        window = 2 * num_threads
+        futures = []
+        for i, ref in enumerate(refs):
+            futures.append(ex.submit(read, ref))
+            if len(futures) >= window:
+                j = i - len(futures) + 1
+                yield refs[j], futures.pop(0).result()
+        start = len(refs) - len(futures)
+        for k, fut in enumerate(futures):
+            yield refs[start + k], fut.result()

@@ -3,35 +3,22 @@
 from __future__ import annotations
 
 import os
-import stat
 
 import onnx
 from google.protobuf.message import DecodeError
 
-from ._atomic import destination_dir, write_file_atomic
+from ._atomic import folder_lock, write_file_atomic
 from ._errors import ExternalDataError
-from ._external import Resolver, set_inline
-from ._files import read_refs
+from ._external import InlineSpans, Resolver, TensorRef, set_inline
+from ._files import read_refs, read_whole
 from ._options import SerializeOptions, check_num_threads, check_options
 from ._plan import SavePlan
+from ._sources import SourceFiles
+from ._targets import destination_dir
 from ._tensors import is_external, iter_tensors
-from ._wire import scan_metadata
+from ._wire import scan_file
 
 PROTOBUF_LIMIT = 2**31 - 1
-
-
-def _check_model_file(path: str) -> int:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"model file {path!r} does not exist") from None
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"model path {path!r} is a folder, not an .onnx file")
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"model path {path!r} is not a regular file (a FIFO or a device?)")
-    if st.st_size == 0:
-        raise ValueError(f"model file {path!r} is empty, not an ONNX model")
-    return st.st_size
 
 
 def parse_model(data: bytes, path: str) -> onnx.ModelProto:
@@ -50,42 +37,65 @@ def parse_model(data: bytes, path: str) -> onnx.ModelProto:
     return model
 
 
-def read_metadata(path: str, threshold: int = 1024) -> tuple[onnx.ModelProto, set]:
+def own_location(path: str) -> str:
+    """The ``location`` recorded for the inline bytes of the model file ``path``.
+
+    Its name, or, when the name is not valid UTF-8 (which a protobuf string
+    must be), the name with its undecodable bytes escaped.
+    """
+    return os.fsencode(os.path.basename(path)).decode("utf-8", "backslashreplace")
+
+
+def scan_model(
+    path: str, files: SourceFiles, threshold: int = 1024
+) -> tuple[onnx.ModelProto, InlineSpans]:
     """Parse a model without reading its inline weights (``skip_raw_data``).
 
+    The model file is opened once, through ``files``; its inline raw_data of
+    at least ``threshold`` bytes become references into the file itself.
+
     Returns:
-        ``(model, converted)``: inline raw_data of at least ``threshold`` bytes
-        became references into the file itself; ``converted`` holds their
-        ``(offset, length)``.
+        ``(model, inline)``: the metadata, and the spans of the inline bytes
+        (to be read from the opened model file).
+
+    Raises:
+        FileNotFoundError: the file is missing.
+        ValueError: it is not an ONNX model (or not a regular file).
     """
-    path = os.fsdecode(path)
-    _check_model_file(path)
-    data, converted = scan_metadata(path, threshold)
-    return parse_model(data, path), set(converted)
+    source = files.model(path)
+    location = own_location(path)
+    with files.lease(source) as fd:
+        data, converted = scan_file(fd, source.size, location, threshold, repr(path))
+    return parse_model(data, path), InlineSpans(location, frozenset(converted), source)
 
 
-def read_external_data(
-    model: onnx.ModelProto, base_dir: str, num_threads: int | None = None
-) -> None:
-    """Read every external tensor of ``model`` into its ``raw_data``, in place.
-
-    All references are checked before anything is read. There is never more
-    than one reader per data file: on one file, more readers only add page
-    faults (each thread's buffers come from its own allocator pool, handed
-    back to the kernel after every tensor) while protobuf, holding the GIL,
-    copies the bytes in one at a time (``make bench``: 1.1x the time of one
-    reader at 1 GiB).
+def external_refs(
+    model: onnx.ModelProto, base_dir: str, files: SourceFiles, inline: InlineSpans | None = None
+) -> list[TensorRef]:
+    """Check every external reference of ``model`` and open its file.
 
     Raises:
         FileNotFoundError: a referenced file is missing.
         ExternalDataError: a reference is malformed, unsafe or out of range.
     """
-    check_num_threads(num_threads)
-    resolver = Resolver(base_dir)
-    refs = [resolver.resolve(s) for s in iter_tensors(model) if is_external(s.tensor)]
-    files = len({ref.file for ref in refs})
-    threads = min(check_num_threads(num_threads, files=files), max(files, 1))
-    for ref, data in read_refs(refs, threads):
+    resolver = Resolver(base_dir, files, inline)
+    return [resolver.resolve(s) for s in iter_tensors(model) if is_external(s.tensor)]
+
+
+def read_external_data(
+    model: onnx.ModelProto, refs: list[TensorRef], files: SourceFiles, num_threads: int | None
+) -> None:
+    """Read every checked reference into its tensor's ``raw_data``, in place.
+
+    There is never more than one reader per data file: on one file, more
+    readers only add page faults (each thread's buffers come from its own
+    allocator pool, handed back to the kernel after every tensor) while
+    protobuf, holding the GIL, copies the bytes in one at a time
+    (``make bench``: 1.1x the time of one reader at 1 GiB).
+    """
+    count = len({ref.source for ref in refs})
+    threads = min(check_num_threads(num_threads, files=count), max(count, 1))
+    for ref, data in read_refs(refs, files, threads):
         set_inline(ref.site.tensor, data)
 
 
@@ -97,6 +107,11 @@ def load(
     num_threads: int | None = None,
 ) -> onnx.ModelProto:
     """Load an ONNX model, its external data read in parallel.
+
+    The model file and every data file are opened and checked before any
+    weight is read, while holding a shared lock on the model's folder (so an
+    onnx-light commit to that folder never pairs this ``.onnx`` with other
+    weights); the weights are then read from those descriptors.
 
     Args:
         path: the ``.onnx`` file.
@@ -114,23 +129,33 @@ def load(
 
     Raises:
         FileNotFoundError: the model or one of its data files is missing.
-        ValueError: the file is not an ONNX model, or both
-            ``skip_raw_data`` and ``load_external_data`` are set.
+        ValueError: the file is not an ONNX model, both ``skip_raw_data``
+            and ``load_external_data`` are set, or ``skip_raw_data`` is set
+            and the file's name is not valid UTF-8 (it could not be recorded
+            as a location).
         ExternalDataError: a reference is malformed, unsafe or out of range.
     """
-    path = os.fsdecode(path)
+    path = os.path.abspath(os.fsdecode(path))
     check_num_threads(num_threads)
     if skip_raw_data and load_external_data:
         raise ValueError("skip_raw_data=True needs load_external_data=False")
-    if skip_raw_data:
-        return read_metadata(path)[0]
-    size = _check_model_file(path)
-    with open(path, "rb") as f:
-        data = f.read(size)
-    model = parse_model(data, path)
-    del data
-    if load_external_data:
-        read_external_data(model, os.path.dirname(os.path.abspath(path)), num_threads)
+    folder = os.path.dirname(path)
+    with SourceFiles() as files:
+        if skip_raw_data:
+            if own_location(path) != os.path.basename(path):
+                raise ValueError(
+                    f"cannot load {ascii(path)} with skip_raw_data: its name is not valid "
+                    "UTF-8, so the references into it cannot record it; rename the file"
+                )
+            return scan_model(path, files)[0]
+        with folder_lock(folder, shared=True):
+            source = files.model(path)
+            with files.lease(source) as fd:
+                data = read_whole(fd, source.size, repr(path))
+            model = parse_model(data, path)
+            del data
+            refs = external_refs(model, folder, files) if load_external_data else []
+        read_external_data(model, refs, files, num_threads)
     return model
 
 
@@ -168,8 +193,11 @@ def save(
     options = check_options(options)
     path = os.path.abspath(os.fsdecode(path))
     destination_dir(path)
-    plan = SavePlan(model, path, location, options)
-    if location is None:
+    with SourceFiles() as files:
+        plan = SavePlan(model, path, location, options, files)
+        if location is not None:
+            plan.write()
+            return
         if plan.inline_bytes > PROTOBUF_LIMIT:
             raise ValueError(
                 f"model for {path!r} holds {plan.inline_bytes} bytes of tensor data, over "
@@ -180,8 +208,6 @@ def save(
         except ValueError as e:
             raise ValueError(f"cannot serialize the model for {path!r}: {e}") from None
         write_file_atomic(path, data)
-        return
-    plan.write()
 
 
 __all__ = ["load", "save", "ExternalDataError"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+MAX_FILE_SIZE = 2**63 - 1
+
 
 def align_up(offset: int, alignment: int) -> int:
     """The smallest multiple of ``alignment`` (a power of two) >= ``offset``."""
@@ -48,7 +50,9 @@ def plan_layout(
         The :class:`Layout`.
 
     Raises:
-        ValueError: when the alignment is not a power of two >= 1 or a size is negative.
+        ValueError: when the alignment is not a power of two >= 1, a size is
+            negative, or the file would be larger than a file offset allows
+            (2**63 - 1 bytes: a reference into a huge sparse file).
     """
     if alignment < 1 or alignment & (alignment - 1):
         raise ValueError(f"alignment must be a power of two >= 1, got {alignment}")
@@ -69,4 +73,8 @@ def plan_layout(
         if key is not None:
             seen[key] = offset
         end = offset + size
+    if end > MAX_FILE_SIZE:
+        raise ValueError(
+            f"the weights file would hold {end} bytes, more than any file can (2**63 - 1)"
+        )
     return Layout(offsets, end, unique)

@@ -11,13 +11,14 @@ import os
 
 import onnx
 
-from ._atomic import AtomicFiles, weights_destination, write_all
-from ._errors import ExternalDataError
+from ._atomic import AtomicFiles, write_all
 from ._external import Resolver, external_entries, set_external
 from ._files import read_refs
 from ._layout import Layout, plan_layout
 from ._options import SerializeOptions, check_alignment, check_num_threads
 from ._serialize import serialize_with, strip_raw_data
+from ._sources import SourceFiles
+from ._targets import check_targets, weights_destination
 from ._tensors import is_external, iter_tensors, tensor_nbytes
 from ._writer import Item, write_weights
 
@@ -30,16 +31,19 @@ class SavePlan:
         path: absolute path of the destination ``.onnx``.
         location: the weights file, or None for a single file.
         options: the :class:`SerializeOptions`.
+        files: the call's source files (every reference is opened there).
 
     Raises:
         TypeError: ``model`` is not a ModelProto.
         ValueError: bad options or weights location.
         FileNotFoundError: a kept reference's file is missing.
-        ExternalDataError: a reference is unsafe, out of range, or would be
-            overwritten by this save.
+        ExternalDataError: a reference is unsafe, out of range, or its file
+            would be overwritten by this save.
     """
 
-    overwrite_hint = "save elsewhere or set options.use_external_data_location = False"
+    overwrite_hint = (
+        "save elsewhere, or re-align in place with align_external_data_streaming(src, src, ...)"
+    )
 
     def __init__(
         self,
@@ -47,20 +51,21 @@ class SavePlan:
         path: str,
         location: str | os.PathLike | None,
         options: SerializeOptions,
+        files: SourceFiles,
     ) -> None:
         if not isinstance(model, onnx.ModelProto):
             raise TypeError(f"model must be an onnx.ModelProto, got {type(model).__name__}")
         self.model = model
         self.path = path
+        self.files = files
         self.alignment = check_alignment(options.alignment)
         self.threads = check_num_threads(options.num_threads)
         self.weights_path = self.location = None
         if location is not None:
             self.weights_path, self.location = weights_destination(path, location)
         folder = os.path.dirname(path)
-        keep = Resolver(folder)
-        base = Resolver(options.base_dir if options.base_dir is not None else folder)
-        outputs = {os.path.realpath(p) for p in (path, self.weights_path) if p}
+        keep = Resolver(folder, files)
+        base = Resolver(options.base_dir if options.base_dir is not None else folder, files)
         self.items: list[Item] = []
         self.inline_refs = []  # external tensors to inline in a single-file save
         self.inline_bytes = 0
@@ -68,12 +73,7 @@ class SavePlan:
             tensor = site.tensor
             if is_external(tensor):
                 if options.use_external_data_location:
-                    ref = keep.resolve(site)
-                    if ref.file in outputs:
-                        raise ExternalDataError(
-                            f"tensor {site.label} in {ref.file!r}: this save would overwrite "
-                            f"the file holding its bytes; {self.overwrite_hint}"
-                        )
+                    keep.resolve(site)
                     continue
                 ref = base.resolve(site)
                 if location is None:
@@ -94,6 +94,8 @@ class SavePlan:
         self.layout: Layout = plan_layout(
             [it.size for it in self.items], self.alignment, [it.key for it in self.items]
         )
+        targets = [p for p in (path, self.weights_path) if p]
+        check_targets(targets, files, hint=self.overwrite_hint)
 
     def substitutions(self) -> dict:
         """The tensors to serialize in place of the model's own, by path."""
@@ -102,7 +104,7 @@ class SavePlan:
             sub = strip_raw_data(item.site.tensor)
             set_external(sub, external_entries(self.location, offset, item.size, item.entries))
             subs[item.site.path] = sub
-        for ref, data in read_refs(self.inline_refs):
+        for ref, data in read_refs(self.inline_refs, self.files):
             sub = strip_raw_data(ref.site.tensor)
             sub.raw_data = data
             subs[ref.site.path] = sub
@@ -126,7 +128,7 @@ class SavePlan:
         with AtomicFiles() as files:
             if self.items:
                 fd = files.create(self.weights_path)
-                size = write_weights(fd, self.items, self.layout, self.threads)
+                size = write_weights(fd, self.items, self.layout, self.files, self.threads)
             data = self.serialize()
             write_all(files.create(self.path), data)
             files.commit()

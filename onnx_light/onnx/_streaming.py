@@ -7,13 +7,15 @@ from collections.abc import Callable
 
 import onnx
 
-from ._atomic import AtomicFiles, destination_dir, weights_destination, write_all
+from ._atomic import AtomicFiles, folder_lock, write_all
 from ._external import Resolver, external_entries, set_external, set_inline
 from ._files import read_refs
-from ._io import read_metadata
+from ._io import scan_model
 from ._layout import plan_layout
 from ._options import SerializeOptions, check_alignment, check_options, check_size_threshold
 from ._plan import SavePlan
+from ._sources import SourceFiles
+from ._targets import check_targets, destination_dir, weights_destination
 from ._tensors import is_external, iter_tensors, tensor_nbytes
 from ._writer import Item, write_weights
 
@@ -95,39 +97,63 @@ def align_external_data_streaming(
     dst = os.path.abspath(os.fsdecode(dst_onnx_path))
     destination_dir(dst)
     weights_path, location = weights_destination(dst, dst_weights_path)
-    model, converted = read_metadata(src)
-    resolver = Resolver(os.path.dirname(src))
-    own_name = os.path.basename(src)
-    items: list[Item] = []
-    inline: list = []  # refs of converted raw_data that go back inline
-    for site in iter_tensors(model):
-        tensor = site.tensor
-        if is_external(tensor):
-            ref = resolver.resolve(site)
-            from_inline = ref.entries["location"] == own_name and (
-                (ref.offset, ref.length) in converted
-            )
-            if from_inline and (size_threshold is None or ref.length < size_threshold):
-                inline.append(ref)
-            else:
-                items.append(Item(site, ref.length, ref, ref.entries))
-        elif size_threshold is not None and tensor.HasField("raw_data"):
-            size = tensor_nbytes(tensor)
-            size = len(tensor.raw_data) if size is None else size
-            if size >= size_threshold:
-                items.append(Item(site, size))
-    layout = plan_layout([it.size for it in items], alignment, [it.key for it in items])
-    with AtomicFiles() as files:
-        fd = files.create(weights_path)
-        total = write_weights(fd, items, layout, 1, chunk_size, progress)
-        for ref, data in read_refs(inline):
-            set_inline(ref.site.tensor, data)
-        for item, offset in zip(items, layout.offsets, strict=False):
-            pairs = external_entries(location, offset, item.size, item.entries)
-            set_external(item.site.tensor, pairs)
-        write_all(files.create(dst), model.SerializeToString())
-        files.commit()
+    with SourceFiles() as files:
+        model, items, inline = _plan_align(src, files, size_threshold)
+        check_targets(
+            [weights_path, dst],
+            files,
+            in_place=_same_entry(src, dst),
+            hint="give the new files other names, or pass the source .onnx as the "
+            "destination to re-align it in place",
+        )
+        layout = plan_layout([it.size for it in items], alignment, [it.key for it in items])
+        with AtomicFiles() as out:
+            fd = out.create(weights_path)
+            total = write_weights(fd, items, layout, files, 1, chunk_size, progress)
+            for ref, data in read_refs(inline, files):
+                set_inline(ref.site.tensor, data)
+            for item, offset in zip(items, layout.offsets, strict=False):
+                pairs = external_entries(location, offset, item.size, item.entries)
+                set_external(item.site.tensor, pairs)
+            write_all(out.create(dst), model.SerializeToString())
+            out.commit()
     return total
+
+
+def _plan_align(src: str, files: SourceFiles, size_threshold: int | None):
+    """Scan ``src`` and check every reference, under a shared lock on its folder.
+
+    Returns:
+        ``(model, items for the weights file, refs of inline bytes that stay inline)``.
+    """
+    folder = os.path.dirname(src)
+    items: list[Item] = []
+    inline: list = []
+    with folder_lock(folder, shared=True):
+        model, spans = scan_model(src, files)
+        resolver = Resolver(folder, files, spans)
+        for site in iter_tensors(model):
+            tensor = site.tensor
+            if is_external(tensor):
+                ref = resolver.resolve(site)
+                from_inline = ref.source is spans.source and (ref.offset, ref.length) in spans.spans
+                if from_inline and (size_threshold is None or ref.length < size_threshold):
+                    inline.append(ref)
+                else:
+                    items.append(Item(site, ref.length, ref, ref.entries))
+            elif size_threshold is not None and tensor.HasField("raw_data"):
+                size = tensor_nbytes(tensor)
+                size = len(tensor.raw_data) if size is None else size
+                if size >= size_threshold:
+                    items.append(Item(site, size))
+    return model, items, inline
+
+
+def _same_entry(a: str, b: str) -> bool:
+    """True when two paths name the same entry of the same folder (in place)."""
+    return os.path.basename(a) == os.path.basename(b) and os.path.realpath(
+        os.path.dirname(a)
+    ) == os.path.realpath(os.path.dirname(b))
 
 
 class _SharedPlan(SavePlan):
@@ -177,5 +203,6 @@ def save_model_with_shared_external_data(
     )
     path = os.path.abspath(os.fsdecode(dst_onnx_path))
     destination_dir(path)
-    plan = _SharedPlan(model, path, os.path.basename(path) + ".data", opts)
-    return plan.write(mutate=True)
+    with SourceFiles() as files:
+        plan = _SharedPlan(model, path, os.path.basename(path) + ".data", opts, files)
+        return plan.write(mutate=True)

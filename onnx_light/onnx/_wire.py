@@ -1,6 +1,6 @@
 """A protobuf wire-format scanner that skips the weights of an ``.onnx`` file.
 
-:func:`scan_metadata` walks a serialized ModelProto (read through small
+:func:`scan_file` walks a serialized ModelProto (read through small
 positional reads, so only the blocks holding metadata are ever read) and returns the same model re-encoded *without*
 the inline ``raw_data`` of its tensors: each raw_data of at least
 ``threshold`` bytes becomes an external reference into the ``.onnx`` file
@@ -18,7 +18,7 @@ exactly that depth stays inline: its reference would nest one level too deep.
 
 from __future__ import annotations
 
-import os
+from array import array
 
 from ._errors import ExternalDataError
 from ._files import pread_exact
@@ -160,11 +160,30 @@ def _skip_group(buf, pos: int, end: int, number: int, depth: int) -> int:
     return pos
 
 
+class _Spans:
+    """Byte spans ``(start, stop)`` in a flat array: 16 bytes each, not a tuple."""
+
+    __slots__ = ("flat",)
+
+    def __init__(self) -> None:
+        self.flat = array("q")
+
+    def add(self, start: int, stop: int) -> None:
+        self.flat.append(start)
+        self.flat.append(stop)
+
+    def __iter__(self):
+        it = iter(self.flat)
+        return zip(it, it)
+
+
 class _Scanner:
     """Rewrites one serialized model.
 
-    A message is a list of byte spans: one, or several when protobuf would merge
-    repeated occurrences of a singular field into one message.
+    A message is a sequence of byte spans: one, or several when protobuf would
+    merge repeated occurrences of a singular field into one message. Fields
+    are visited as they are read, never stored one object each: memory stays
+    a small multiple of the metadata, whatever the number of fields.
     """
 
     def __init__(self, buf, location: str, threshold: int) -> None:
@@ -184,7 +203,7 @@ class _Scanner:
         else:
             pieces.append((start, stop))
 
-    def fields(self, spans: list[tuple[int, int]], depth: int):
+    def fields(self, spans, depth: int):
         """Yield ``(start, number, wire, payload, stop)`` for every field of the spans."""
         for start, end in spans:
             pos = start
@@ -193,7 +212,15 @@ class _Scanner:
                 yield pos, number, wire, payload, stop
                 pos = stop
 
-    def message(self, kind: str, spans: list[tuple[int, int]], depth: int) -> list | None:
+    def _merged(self, spans, depth: int, singular) -> dict[int, _Spans]:
+        """Every occurrence of each singular message field (a first pass)."""
+        merged: dict[int, _Spans] = {}
+        for _, number, wire, payload, stop in self.fields(spans, depth):
+            if number in singular and wire == 2:
+                merged.setdefault(number, _Spans()).add(payload, stop)
+        return merged
+
+    def message(self, kind: str, spans, depth: int) -> list | None:
         """Pieces of the rewritten message, or None when it is unchanged."""
         if depth > MAX_DEPTH:
             raise WireError(f"messages nested deeper than {MAX_DEPTH} levels")
@@ -201,15 +228,11 @@ class _Scanner:
             return self.tensor(spans, depth)
         children = _CHILDREN[kind]
         singular = _SINGULAR.get(kind, ())
-        fields = list(self.fields(spans, depth))
-        merged: dict[int, list[tuple[int, int]]] = {}
-        for _, number, wire, payload, stop in fields:
-            if number in singular and wire == 2:
-                merged.setdefault(number, []).append((payload, stop))
+        merged = self._merged(spans, depth, singular) if singular else {}
         pieces: list = []
         changed = False
         seen: dict[int, bool] = {}  # singular field -> rewritten
-        for pos, number, wire, payload, stop in fields:
+        for pos, number, wire, payload, stop in self.fields(spans, depth):
             child = children.get(number) if wire == 2 else None
             if child is not None and number in seen:
                 if not seen[number]:
@@ -231,7 +254,7 @@ class _Scanner:
             self._keep(pieces, pos, stop)
         return pieces if changed else None
 
-    def tensor(self, spans: list[tuple[int, int]], depth: int) -> list | None:
+    def tensor(self, spans, depth: int) -> list | None:
         pieces: list = []
         raw = None
         name = ""
@@ -347,20 +370,25 @@ class FileBuffer:
         return self._block(key // self.BLOCK)[key % self.BLOCK]
 
 
-def scan_metadata(path: str, threshold: int = 1024) -> tuple[bytes, list[tuple[int, int]]]:
-    """:func:`scan_buffer` over a file, its weights never read.
+def scan_file(
+    fd: int, size: int, location: str, threshold: int = 1024, name: str = "the model file"
+) -> tuple[bytes, list[tuple[int, int]]]:
+    """:func:`scan_buffer` over an open file, its weights never read.
 
     Args:
-        path: the ``.onnx`` file.
+        fd: the ``.onnx`` file, open for reading.
+        size: its size.
+        location: the name to record as ``location`` of its inline bytes.
         threshold: raw_data shorter than this stays inline.
+        name: the file, for messages.
 
     Returns:
         ``(metadata bytes, converted spans)`` as :func:`scan_buffer`.
+
+    Raises:
+        WireError: the file is not a well-formed ONNX model (the message names it).
     """
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        try:
-            buf = FileBuffer(f.fileno(), size, repr(path))
-            return scan_buffer(buf, os.path.basename(path), threshold)
-        except WireError as e:
-            raise WireError(f"{path!r} is not a valid ONNX file: {e}") from None
+    try:
+        return scan_buffer(FileBuffer(fd, size, name), location, threshold)
+    except WireError as e:
+        raise WireError(f"{name} is not a valid ONNX file: {e}") from None

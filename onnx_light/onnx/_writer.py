@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from ._copy import CopyEngine, pwrite_all
 from ._errors import TruncatedFileError
 from ._external import TensorRef
-from ._files import FilePool, preallocate
+from ._files import preallocate
 from ._layout import Layout
+from ._sources import SourceFile, SourceFiles
 from ._tensors import TensorSite
 
 IN_FLIGHT_BYTES = 64 * 1024 * 1024
@@ -98,11 +99,15 @@ def _write_memory(fd: int, jobs: list[tuple[Item, int]], threads: int, done) -> 
 class _Run:
     """File-backed tensors whose bytes follow on in the source and in the destination."""
 
-    file: str
+    source: SourceFile
     src: int
     dst: int
     length: int
     items: list[Item]
+
+    @property
+    def file(self) -> str:
+        return self.source.path
 
 
 def _runs(unique: list[tuple[Item, int]]) -> list[_Run]:
@@ -119,14 +124,14 @@ def _runs(unique: list[tuple[Item, int]]) -> list[_Run]:
         last = runs[-1] if runs else None
         if (
             last is not None
-            and last.file == ref.file
+            and last.source is ref.source
             and last.src + last.length == ref.offset
             and last.dst + last.length == offset
         ):
             last.length += ref.length
             last.items.append(item)
         else:
-            runs.append(_Run(ref.file, ref.offset, offset, ref.length, [item]))
+            runs.append(_Run(ref.source, ref.offset, offset, ref.length, [item]))
     return runs
 
 
@@ -157,6 +162,7 @@ def write_weights(
     fd: int,
     items: list[Item],
     layout: Layout,
+    files: SourceFiles,
     threads: int,
     chunk_size: int = 4 * 1024 * 1024,
     progress: Callable[[int, int], None] | None = None,
@@ -170,6 +176,7 @@ def write_weights(
         fd: the destination, open for writing.
         items: the tensors, in the order given to the planner.
         layout: the planner's answer for these items.
+        files: the call's source files, read through their open descriptors.
         threads: writers for in-memory tensors.
         chunk_size: bytes per copy system call.
         progress: optional ``progress(done_bytes, total_bytes)``.
@@ -185,9 +192,10 @@ def write_weights(
     total = sum(item.size for item, _ in unique)
     if layout.total >= PREALLOCATE_BYTES:
         preallocate(fd, layout.total)
-    with CopyEngine(chunk_size, progress, total) as engine, FilePool() as pool:
+    with CopyEngine(chunk_size, progress, total) as engine:
         for run in _runs(unique):
-            _copy_run(engine, pool.fd(run.file), fd, run)
+            with files.lease(run.source) as src:
+                _copy_run(engine, src, fd, run)
         memory = [(item, offset) for item, offset in unique if item.ref is None]
         _write_memory(fd, memory, threads, engine.advance)
     os.ftruncate(fd, layout.total)

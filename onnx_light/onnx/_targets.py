@@ -1,0 +1,158 @@
+"""Which files a call may replace: the destination rules, in one place.
+
+Every writer (``save``, the shared save, ``align``, the CLI) names its
+destinations and goes through these checks before it writes anything:
+
+- the destination folder exists and the destination is not a folder;
+- the weights file lies inside the destination model's folder *once
+  symlinks are resolved*, and its recorded location is one onnx-light's own
+  ``load`` accepts (so no writer makes a model its reader refuses);
+- an existing destination is a regular file or a symlink (which is replaced,
+  never written through); a device, FIFO or socket is refused;
+- no destination is a file any source reference of the call reads, compared
+  by identity (device + inode, following links, and the symlinks a reference
+  went through). Only the declared in-place case (``align`` with the
+  destination ``.onnx`` being the source ``.onnx``) may replace its sources:
+  every byte is read from descriptors opened before the commit.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from ._errors import ExternalDataError
+from ._external import check_location
+from ._sources import SourceFiles, is_inside
+
+
+def destination_dir(path: str) -> str:
+    """The folder of the destination file ``path``, which must exist.
+
+    Raises:
+        FileNotFoundError: the folder does not exist.
+        NotADirectoryError: it is not a folder.
+        IsADirectoryError: ``path`` itself is an existing folder.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(folder):
+        raise FileNotFoundError(f"destination folder {folder!r} does not exist")
+    if not os.path.isdir(folder):
+        raise NotADirectoryError(f"destination folder {folder!r} is not a folder")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"destination {path!r} is a folder, not a file name")
+    return folder
+
+
+def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[str, str]:
+    """Where a weights file goes, and the location to record for it.
+
+    A name without a folder part is placed next to ``onnx_path``; a path with
+    one must lie inside ``onnx_path``'s folder (symlinks resolved) and is
+    recorded relative to it.
+
+    Args:
+        onnx_path: the destination ``.onnx`` file.
+        location: the weights file name or path.
+
+    Returns:
+        ``(absolute path, location relative to the model folder)``.
+
+    Raises:
+        ValueError: the weights file would be outside the model folder, is
+            the model file itself, or has a name a location cannot record
+            (not UTF-8, or one ``load`` would refuse).
+    """
+    location = os.fsdecode(location)
+    folder = os.path.dirname(os.path.abspath(onnx_path))
+    if not location or location.endswith(("/", os.sep)):
+        raise ValueError(f"weights location {location!r} is not a file name")
+    if os.path.dirname(location) == "":
+        target = os.path.join(folder, location)
+    else:
+        target = os.path.abspath(location)
+        if not is_inside(target, folder):
+            raise ValueError(
+                f"weights file {location!r} must lie inside the model's folder {folder!r}"
+            )
+    if target == os.path.abspath(onnx_path):
+        raise ValueError(f"weights file {location!r} cannot be the model file itself")
+    destination_dir(target)
+    real_folder = os.path.realpath(folder)
+    real_target = os.path.join(os.path.realpath(os.path.dirname(target)), os.path.basename(target))
+    if not is_inside(real_target, real_folder):
+        raise ValueError(
+            f"weights file {target!r} resolves to {real_target!r}, outside the model's "
+            f"folder {real_folder!r} (a symlinked folder?): the model could not be loaded"
+        )
+    recorded = os.path.relpath(target, folder).replace(os.sep, "/")
+    try:
+        recorded.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"weights file {ascii(target)}: its name is not valid UTF-8, and ONNX records "
+            "locations as UTF-8 strings; choose another name"
+        ) from None
+    try:
+        check_location(recorded, f"weights file {target!r}")
+    except ExternalDataError as e:
+        raise ValueError(f"{e}; choose another name") from None
+    return target, recorded
+
+
+def _identities(path: str) -> set[tuple[int, int]] | None:
+    """Identities behind an existing destination (None when it does not exist).
+
+    Raises:
+        ValueError: it exists and is neither a regular file nor a symlink.
+    """
+    try:
+        lst = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    ids = {(lst.st_dev, lst.st_ino)}
+    if stat.S_ISLNK(lst.st_mode):
+        try:
+            st = os.stat(path)
+            ids.add((st.st_dev, st.st_ino))
+        except OSError:
+            pass  # a dangling link: only the link is replaced
+    elif not stat.S_ISREG(lst.st_mode):
+        raise ValueError(
+            f"destination {path!r} exists and is not a regular file (a device, FIFO or "
+            "socket?): refusing to replace it"
+        )
+    return ids
+
+
+def check_targets(
+    paths: list[str], files: SourceFiles, *, in_place: bool = False, hint: str = ""
+) -> None:
+    """Refuse destinations that are not files, or that hold bytes the call reads.
+
+    Args:
+        paths: the destination files of the call.
+        files: the call's opened source files.
+        in_place: the declared in-place case: the destinations replace the
+            very model being read, so they may be its sources.
+        hint: what to do instead, appended to the error.
+
+    Raises:
+        ValueError: a destination exists and is not a regular file or a symlink.
+        ExternalDataError: a destination is a file the call reads.
+    """
+    for path in paths:
+        ids = _identities(path)
+        if ids is None or in_place:
+            continue
+        source = files.reader_of(ids)
+        if source is None:
+            continue
+        if source.label == "model":
+            what = f"the model {source.path!r} it reads"
+        else:
+            what = f"{source.path!r}, the file holding the bytes of tensor {source.label}"
+        raise ExternalDataError(
+            f"destination {path!r}: this call would overwrite {what}, and leave the source "
+            f"model broken{'; ' + hint if hint else ''}"
+        )
