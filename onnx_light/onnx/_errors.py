@@ -1,4 +1,18 @@
-"""Exceptions raised by onnx-light."""
+"""Exceptions raised by onnx-light, and how messages show a file name."""
+
+import os
+
+
+def shown(path: str | bytes) -> str:
+    """``path`` quoted for a message: bytes that are not UTF-8 show as ``\\xe9``,
+    control characters escaped."""
+    out = []
+    for char in os.fsdecode(path):
+        if "\udc80" <= char <= "\udcff":  # an undecodable byte (surrogateescape)
+            out.append(f"\\x{ord(char) - 0xDC00:02x}")
+        else:
+            out.append(char if char.isprintable() else repr(char)[1:-1])
+    return "'" + "".join(out) + "'"
 
 
 class ExternalDataError(ValueError):

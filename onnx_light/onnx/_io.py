@@ -8,7 +8,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ._atomic import folder_lock, write_file_atomic
-from ._errors import ExternalDataError
+from ._errors import ExternalDataError, shown
 from ._external import InlineSpans, Resolver, TensorRef, set_inline
 from ._files import read_refs, read_whole
 from ._options import SerializeOptions, check_num_threads, check_options
@@ -144,7 +144,7 @@ def load(
         if skip_raw_data:
             if own_location(path) != os.path.basename(path):
                 raise ValueError(
-                    f"cannot load {ascii(path)} with skip_raw_data: its name is not valid "
+                    f"cannot load {shown(path)} with skip_raw_data: its name is not valid "
                     "UTF-8, so the references into it cannot record it; rename the file"
                 )
             return scan_model(path, files)[0]

@@ -5,7 +5,9 @@ references instead of the big tensors' raw data. Copying the model would copy
 every weight; instead :func:`serialize_with` encodes the messages on the way to
 a replaced tensor field by field and lets protobuf serialize everything else
 in C. A protobuf message is the concatenation of its fields, so the result
-parses to the model with the substitutions applied.
+parses to the model with the substitutions applied. Unknown fields (written
+by a newer ONNX) of the messages on the way are kept, as ``onnx.save`` keeps
+them.
 """
 
 from __future__ import annotations
@@ -27,7 +29,35 @@ def strip_raw_data(tensor: onnx.TensorProto) -> onnx.TensorProto:
     for fd in tensor.DESCRIPTOR.fields:
         if fd.name not in ("raw_data", "external_data", "data_location"):
             _copy_field(tensor, out, fd)
+    _copy_unknown(tensor, out)
     return out
+
+
+def _copy_unknown(src, dst) -> None:
+    """Give ``dst`` the unknown fields of ``src`` (fields of a newer schema)."""
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    data = _encode_unknown(UnknownFieldSet(src))
+    if data:
+        dst.MergeFromString(data)
+
+
+def _encode_unknown(fields) -> bytes:
+    parts = []
+    for field in fields:
+        number, wire, data = field.field_number, field.wire_type, field.data
+        parts.append(encode_varint(number << 3 | wire))
+        if wire == 0:
+            parts.append(encode_varint(data))
+        elif wire == 1:
+            parts.append(data.to_bytes(8, "little"))
+        elif wire == 2:
+            parts.append(encode_varint(len(data)) + data)
+        elif wire == 5:
+            parts.append(data.to_bytes(4, "little"))
+        else:  # a group: its fields, then its end tag
+            parts.append(_encode_unknown(data) + encode_varint(number << 3 | 4))
+    return b"".join(parts)
 
 
 def _copy_field(src, dst, fd) -> None:
@@ -81,6 +111,7 @@ def _encode(msg, trie: dict) -> bytes:
             else:
                 data = _encode(child, sub)
             parts.append(tag + encode_varint(len(data)) + data)
+    _copy_unknown(msg, rest)
     return rest.SerializeToString() + b"".join(parts)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ._errors import ExternalDataError
+from ._errors import ExternalDataError, shown
 from ._external import check_location
 from ._sources import SourceFiles, is_inside
 
@@ -90,7 +90,7 @@ def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[st
         recorded.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError(
-            f"weights file {ascii(target)}: its name is not valid UTF-8, and ONNX records "
+            f"weights file {shown(target)}: its name is not valid UTF-8, and ONNX records "
             "locations as UTF-8 strings; choose another name"
         ) from None
     try:
