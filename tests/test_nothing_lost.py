@@ -843,3 +843,56 @@ def test_odd_but_safe_locations_read_as_onnx_reads_them(tmp_path, location):
     ours = onnxl.load(tmp_path / "m.onnx").graph.initializer[0].raw_data
     theirs = onnx.load(str(tmp_path / "m.onnx")).graph.initializer[0].raw_data
     assert ours == theirs == data
+
+
+# -- what must keep holding ---------------------------------------------------------------------
+
+
+def test_symlink_swapped_in_before_open(pair, tmp_path, monkeypatch):
+    path, _, _ = pair
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"\x42" * os.path.getsize(path.parent / "m.onnx.data"))
+    real_open = os.open
+
+    def swap_then_open(p, flags, *args, **kwargs):
+        if str(p).endswith("m.onnx.data") and not os.path.islink(p):
+            os.unlink(p)
+            os.symlink(secret, p)
+        return real_open(p, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", swap_then_open)
+    with pytest.raises(onnxl.ExternalDataError, match="'W0'.*replaced while being checked"):
+        onnxl.load(path)
+
+
+def test_session_opened_before_an_in_place_align_keeps_working(tmp_path, runnable):
+    from conftest import run_ort
+
+    ort = pytest.importorskip("onnxruntime")
+    path = tmp_path / "m.onnx"
+    save_two_file(runnable, path, size_threshold=0)
+    before = run_ort(path)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    feeds = {"X": rng.standard_normal((2, 256)).astype(np.float32), "cond": np.array(True)}
+    first = session.run(None, feeds)
+    _align(path, path, "m.onnx.data", alignment=65536)
+    again = session.run(None, feeds)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(before, run_ort(path), strict=True))
+
+
+@pytest.mark.parametrize("dtype", ["INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2"])
+def test_sub_byte_types_keep_their_bytes(tmp_path, dtype):
+    data_type = getattr(onnx.TensorProto, dtype)
+    count = 4097  # odd: the last byte is half (or a quarter) used
+    bits = 2 if dtype.endswith("INT2") else 4
+    raw = np.random.default_rng(1).integers(0, 255, (count * bits + 7) // 8, np.uint8).tobytes()
+    t = onnx.TensorProto(name="q", data_type=data_type, dims=[count], raw_data=raw)
+    model = helper.make_model(helper.make_graph([], "g", [], [], [t]))
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+    _align(tmp_path / "m.onnx", tmp_path / "a.onnx", "a.data", alignment=64)
+    onnxl.save(onnxl.load(tmp_path / "a.onnx"), tmp_path / "b.onnx", "b.data")
+    for name in ("m.onnx", "a.onnx", "b.onnx"):
+        assert onnx.load(str(tmp_path / name)).graph.initializer[0].raw_data == raw
+        assert onnxl.load(tmp_path / name).graph.initializer[0].raw_data == raw
