@@ -88,11 +88,7 @@ def cmd_align(args: argparse.Namespace) -> int:
     if not args.quiet:
         # Counted from the metadata only (inline bytes are not external tensors).
         n = model_info(args.dst)["external_tensors"]
-        target = (
-            weights
-            if os.path.dirname(weights)
-            else os.path.join(os.path.dirname(args.dst), weights)
-        )
+        target = os.path.join(os.path.dirname(args.dst), weights)  # relative to DST's folder
         print(
             f"wrote {written} bytes ({human(written)}) for {n} tensors to {_printable(target)} "
             f"aligned to {args.alignment} in {elapsed:.2f} s"
@@ -233,7 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--weights",
         metavar="PATH",
-        help="the new weights file, next to or inside DST's folder (default: DST.onnx.data)",
+        help="the new weights file, relative to DST's folder and inside it "
+        "(default: DST.onnx.data)",
     )
     p.add_argument(
         "--alignment",

@@ -355,11 +355,10 @@ def test_symlinked_subfolder_is_refused(pair, tmp_path, monkeypatch):
     out.mkdir()
     elsewhere.mkdir()
     os.symlink("../elsewhere", out / "sub")
-    monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="outside the model's folder"):
-        _align(path, out / "a.onnx", "out/sub/w.data")
+        _align(path, out / "a.onnx", "sub/w.data")
     with pytest.raises(ValueError, match="outside the model's folder"):
-        onnxl.save(onnxl.load(path), out / "a.onnx", "out/sub/w.data")
+        onnxl.save(onnxl.load(path), out / "a.onnx", "sub/w.data")
     assert os.listdir(elsewhere) == [] and sorted(os.listdir(out)) == ["sub"]
 
 

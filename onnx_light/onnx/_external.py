@@ -5,7 +5,9 @@ onnx >= 1.22, and a few more):
 
 - ``location`` is present, valid UTF-8, relative (no ``/x``, ``\\x`` or
   ``C:x``), without ``..`` components, not ending in ``/``, and once symlinks
-  are resolved it still lies inside the model's folder;
+  are resolved the file lies inside the model's folder, or inside the folder
+  of the model file's real path (onnxruntime's rule: a Hugging Face cache
+  snapshot links the model and its data into one ``blobs/`` folder);
 - the file exists, is a regular file (no FIFO, device or folder) and has a
   single hard link (a hard link can make any file of the disk appear inside
   the folder; onnx refuses them too), checked on the open descriptor
@@ -224,6 +226,9 @@ class Resolver:
         inline: the spans of the model file's own inline bytes, when the
             model was scanned with ``skip_raw_data`` (read from the model
             file the caller named, without the rules for external files).
+        model_path: the model file the references come from, when it is
+            on disk: a file may then also lie in the folder of its real path
+            (a Hugging Face cache snapshot links both files into ``blobs/``).
     """
 
     def __init__(
@@ -231,9 +236,13 @@ class Resolver:
         base_dir: str | os.PathLike,
         files: SourceFiles,
         inline: InlineSpans | None = None,
+        model_path: str | None = None,
     ) -> None:
         self.base_dir = os.path.abspath(os.fsdecode(base_dir))
-        self._real_base = os.path.realpath(self.base_dir)
+        roots = [os.path.realpath(self.base_dir)]
+        if model_path is not None:
+            roots.append(os.path.dirname(os.path.realpath(model_path)))
+        self.roots = tuple(roots)
         self.files = files
         self.inline = inline
 
@@ -245,7 +254,7 @@ class Resolver:
             ExternalDataError: when it escapes the folder, is not a regular
                 file or has several hard links.
         """
-        return self.files.data(self.base_dir, self._real_base, location, label)
+        return self.files.data(self.base_dir, self.roots, location, label)
 
     def resolve(self, site: TensorSite) -> TensorRef:
         """Validate the reference of an EXTERNAL tensor.

@@ -70,15 +70,19 @@ def scan_model(
 
 
 def external_refs(
-    model: onnx.ModelProto, base_dir: str, files: SourceFiles, inline: InlineSpans | None = None
+    model: onnx.ModelProto,
+    base_dir: str,
+    files: SourceFiles,
+    inline: InlineSpans | None = None,
+    model_path: str | None = None,
 ) -> list[TensorRef]:
-    """Check every external reference of ``model`` and open its file.
+    """Check every external reference of ``model`` (read from ``model_path``) and open its file.
 
     Raises:
         FileNotFoundError: a referenced file is missing.
         ExternalDataError: a reference is malformed, unsafe or out of range.
     """
-    resolver = Resolver(base_dir, files, inline)
+    resolver = Resolver(base_dir, files, inline, model_path)
     return [resolver.resolve(s) for s in iter_tensors(model) if is_external(s.tensor)]
 
 
@@ -154,7 +158,7 @@ def load(
                 data = read_whole(fd, source.size, repr(path))
             model = parse_model(data, path)
             del data
-            refs = external_refs(model, folder, files) if load_external_data else []
+            refs = external_refs(model, folder, files, None, path) if load_external_data else []
         read_external_data(model, refs, files, num_threads)
     return model
 

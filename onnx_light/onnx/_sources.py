@@ -157,12 +157,13 @@ class SourceFiles:
             raise ValueError(f"model file {path!r} was replaced while being opened")
         return self._register(_source(path, fst, "model"), fd)
 
-    def data(self, folder: str, real_folder: str, location: str, label: str) -> SourceFile:
+    def data(self, folder: str, roots: tuple[str, ...], location: str, label: str) -> SourceFile:
         """Open and check the data file ``location`` of ``folder``, once.
 
         Args:
             folder: the model's folder, as named.
-            real_folder: the same, symlinks resolved.
+            roots: the resolved folders the file may lie in (the model's
+                folder, and the folder of the model file's real path).
             location: a location already checked by ``check_location``.
             label: the tensor that references it, for messages.
 
@@ -178,10 +179,13 @@ class SourceFiles:
         if known is not None:
             return known
         real = os.path.realpath(path)
-        if not is_inside(real, real_folder):
+        if not any(is_inside(real, root) for root in roots):
+            where = f"the model folder {folder!r}"
+            if len(roots) > 1 and roots[1] != roots[0]:
+                where += f" and the folder of the model file's real path {roots[1]!r}"
             raise ExternalDataError(
                 f"tensor {label}: location {location!r} resolves to {real!r}, "
-                f"outside the model folder {folder!r} (symlink?)"
+                f"outside {where} (symlink?)"
             )
         try:
             st = os.stat(path)  # before opening: a FIFO or a device is never opened

@@ -131,7 +131,7 @@ def _plan_align(src: str, files: SourceFiles, size_threshold: int | None):
     inline: list = []
     with folder_lock(folder, shared=True):
         model, spans = scan_model(src, files)
-        resolver = Resolver(folder, files, spans)
+        resolver = Resolver(folder, files, spans, src)
         for site in iter_tensors(model):
             tensor = site.tensor
             if is_external(tensor):

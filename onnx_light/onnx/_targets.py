@@ -47,9 +47,11 @@ def destination_dir(path: str) -> str:
 def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[str, str]:
     """Where a weights file goes, and the location to record for it.
 
-    A name without a folder part is placed next to ``onnx_path``; a path with
-    one must lie inside ``onnx_path``'s folder (symlinks resolved) and is
-    recorded relative to it.
+    A relative ``location`` is relative to the folder of ``onnx_path``, as
+    in onnx and onnx-ir (``sub/w.data`` is ``<model folder>/sub/w.data``,
+    whatever the working directory); an absolute one must lie inside that
+    folder. Either way the file must lie inside it once symlinks are
+    resolved, and is recorded relative to it.
 
     Args:
         onnx_path: the destination ``.onnx`` file.
@@ -67,14 +69,12 @@ def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[st
     folder = os.path.dirname(os.path.abspath(onnx_path))
     if not location or location.endswith(("/", os.sep)):
         raise ValueError(f"weights location {location!r} is not a file name")
-    if os.path.dirname(location) == "":
-        target = os.path.join(folder, location)
-    else:
-        target = os.path.abspath(location)
-        if not is_inside(target, folder):
-            raise ValueError(
-                f"weights file {location!r} must lie inside the model's folder {folder!r}"
-            )
+    target = os.path.normpath(os.path.join(folder, location))
+    if not is_inside(target, folder):
+        raise ValueError(
+            f"weights file {location!r} is {target!r}: it must lie inside the model's folder "
+            f"{folder!r} (a relative location is relative to that folder)"
+        )
     if target == os.path.abspath(onnx_path):
         raise ValueError(f"weights file {location!r} cannot be the model file itself")
     destination_dir(target)

@@ -1,0 +1,139 @@
+"""Models where users keep them (issue 10): Hugging Face cache snapshots, and
+weights locations relative to the destination model, as onnx means them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from conftest import folder_digest, read_back, save_two_file, tensor_bytes
+from onnx import helper, numpy_helper
+
+import onnx_light.onnx as onnxl
+from onnx_light.cli import main
+
+
+def _model(n: int = 3, size: int = 5000, seed: int = 0) -> onnx.ModelProto:
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(rng.integers(0, 255, size, dtype=np.uint8), f"W{i}")
+        for i in range(n)
+    ]
+    return helper.make_model(helper.make_graph([], "g", [], [], inits))
+
+
+def _hf_snapshot(root, layout: str):
+    """A Hugging Face hub cache: snapshots/<rev>/onnx/model.onnx (+ model.onnx_data).
+
+    ``layout``: "both-linked" (both files symlinks into blobs/), "onnx-linked"
+    (the .onnx a symlink, the data a plain file beside it) or "nested" (both
+    linked, one folder deeper).
+    """
+    model = _model()
+    work = root / "work"
+    work.mkdir()
+    save_two_file(model, work / "model.onnx", location="model.onnx_data", size_threshold=0)
+    repo = root / "models--org--name"
+    blobs = repo / "blobs"
+    blobs.mkdir(parents=True)
+    sub = "onnx/decoder" if layout == "nested" else "onnx"
+    snap = repo / "snapshots" / "0123abcd" / sub
+    snap.mkdir(parents=True)
+    up = os.path.relpath(blobs, snap)
+    os.replace(work / "model.onnx", blobs / "aaaa1111")
+    os.symlink(os.path.join(up, "aaaa1111"), snap / "model.onnx")
+    if layout == "onnx-linked":
+        os.replace(work / "model.onnx_data", snap / "model.onnx_data")
+    else:
+        os.replace(work / "model.onnx_data", blobs / "bbbb2222")
+        os.symlink(os.path.join(up, "bbbb2222"), snap / "model.onnx_data")
+    return snap / "model.onnx", tensor_bytes(model)
+
+
+LAYOUTS = ["both-linked", "onnx-linked", "nested"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_hf_snapshot_loads_and_aligns_out(tmp_path, layout, capsys):
+    path, tensors = _hf_snapshot(tmp_path, layout)
+    cache_before = folder_digest(tmp_path / "models--org--name" / "blobs")
+    assert tensor_bytes(onnxl.load(path)) == tensors
+    out = tmp_path / "mine"
+    out.mkdir()
+    onnxl.align_external_data_streaming(path, out / "model.onnx", "model.onnx.data")
+    assert read_back(out / "model.onnx") == tensors
+    assert not any(os.path.islink(out / name) for name in os.listdir(out))  # plain files
+    assert main(["verify", str(path)]) == 0
+    assert main(["info", str(path)]) == 0
+    assert main(["align", str(path), str(out / "cli.onnx"), "-q"]) == 0
+    assert read_back(out / "cli.onnx") == tensors
+    assert folder_digest(tmp_path / "models--org--name" / "blobs") == cache_before
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_hf_snapshot_still_refuses_escapes(tmp_path, layout):
+    """A data symlink that leaves both folders is refused, as before."""
+    path, _ = _hf_snapshot(tmp_path, layout)
+    secret = tmp_path / "secret"
+    secret.write_bytes(bytes(5000 * 3))
+    data = path.parent / "model.onnx_data"
+    os.unlink(data)
+    os.symlink(secret, data)
+    with pytest.raises(onnxl.ExternalDataError, match="outside the model folder.*real path"):
+        onnxl.load(path)
+    with pytest.raises(onnxl.ExternalDataError, match="outside"):
+        onnxl.align_external_data_streaming(path, tmp_path / "a.onnx", "a.data")
+
+
+def test_hf_snapshot_variant_cannot_share_cache_weights(tmp_path):
+    """A variant saved in the snapshot folder would read blobs/ through a symlink,
+    which no reader accepts from a plain .onnx: refused before writing."""
+    path, _ = _hf_snapshot(tmp_path, "both-linked")
+    variant = onnxl.load(path, load_external_data=False)
+    before = sorted(os.listdir(path.parent))
+    with pytest.raises(onnxl.ExternalDataError, match="outside the model folder"):
+        onnxl.save_model_with_shared_external_data(variant, path.parent / "variant.onnx")
+    assert sorted(os.listdir(path.parent)) == before
+
+
+# -- relative weights locations -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["save", "align", "cli"])
+def test_relative_location_is_relative_to_the_model_folder(tmp_path, monkeypatch, how):
+    """``sub/b.bin`` lands in <model folder>/sub/b.bin whatever the working directory."""
+    model = _model()
+    src = tmp_path / "src"
+    src.mkdir()
+    save_two_file(model, src / "m.onnx", size_threshold=0)
+    dst = tmp_path / "x"
+    (dst / "sub").mkdir(parents=True)
+    elsewhere = tmp_path / "cwd"
+    (elsewhere / "sub").mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    if how == "save":
+        onnxl.save(onnxl.load(src / "m.onnx"), dst / "b.onnx", "sub/b.bin")
+    elif how == "align":
+        onnxl.align_external_data_streaming(src / "m.onnx", dst / "b.onnx", "sub/b.bin")
+    else:
+        assert (
+            main(["align", str(src / "m.onnx"), str(dst / "b.onnx"), "--weights", "sub/b.bin"]) == 0
+        )
+    assert (dst / "sub" / "b.bin").is_file() and os.listdir(elsewhere / "sub") == []
+    assert read_back(dst / "b.onnx") == tensor_bytes(model)
+    # the location recorded is the one onnx.save would record
+    location = onnx.load(str(dst / "b.onnx"), load_external_data=False).graph.initializer[0]
+    assert {e.key: e.value for e in location.external_data}["location"] == "sub/b.bin"
+
+
+def test_location_outside_names_both_paths(tmp_path):
+    (tmp_path / "x").mkdir()
+    with pytest.raises(
+        ValueError, match=r"'\.\./w\.bin' is '.*/w\.bin'.*inside the model's folder"
+    ):
+        onnxl.save(_model(), tmp_path / "x" / "b.onnx", "../w.bin")
+    assert sorted(os.listdir(tmp_path)) == ["x"] and os.listdir(tmp_path / "x") == []
