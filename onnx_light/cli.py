@@ -22,9 +22,9 @@ import sys
 import time
 
 import onnx_light
-import onnx_light.onnx as onnxl
 from onnx_light._inspect import model_info, verify_model
 from onnx_light._progress import Progress, human
+from onnx_light.onnx._align import AlignResult, align_model
 
 PROG = "onnx-light"
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -72,7 +72,7 @@ def cmd_align(args: argparse.Namespace) -> int:
     progress = Progress(f"align {os.path.basename(args.src)}") if show else None
     start = time.perf_counter()
     try:
-        written = onnxl.align_external_data_streaming(
+        result = align_model(
             args.src,
             args.dst,
             weights,
@@ -86,14 +86,28 @@ def cmd_align(args: argparse.Namespace) -> int:
             progress.close()
     elapsed = time.perf_counter() - start
     if not args.quiet:
-        # Counted from the metadata only (inline bytes are not external tensors).
-        n = model_info(args.dst)["external_tensors"]
-        target = os.path.join(os.path.dirname(args.dst), weights)  # relative to DST's folder
-        print(
-            f"wrote {written} bytes ({human(written)}) for {n} tensors to {_printable(target)} "
-            f"aligned to {args.alignment} in {elapsed:.2f} s"
-        )
+        print(_align_summary(args, result, elapsed))
     return 0
+
+
+def _align_summary(args: argparse.Namespace, result: AlignResult, elapsed: float) -> str:
+    """What ``align`` did, in one or two lines (from the result: nothing is read again)."""
+    note = ""
+    if args.size_threshold is None and result.threshold is not None:
+        note = (
+            f"single-file model: inline tensors of {result.threshold} bytes or more moved "
+            "(--size-threshold sets another limit)\n"
+        )
+    if not result.moved:
+        limit = "" if result.threshold is None else f" of {result.threshold} bytes or more"
+        return (
+            f"{note}no tensor{limit} to move: wrote {_printable(args.dst)} alone, "
+            f"no weights file, in {elapsed:.2f} s"
+        )
+    return (
+        f"{note}wrote {result.size} bytes ({human(result.size)}) for {result.moved} tensors "
+        f"to {_printable(result.weights_path)} aligned to {args.alignment} in {elapsed:.2f} s"
+    )
 
 
 def _printable(text: str) -> str:

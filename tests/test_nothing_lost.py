@@ -138,7 +138,7 @@ def test_source_swapped_after_its_check_is_not_read(pair, tmp_path, monkeypatch)
         os.replace(other, data)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("onnx_light.onnx._streaming.check_targets", swap_then_check)
+    monkeypatch.setattr("onnx_light.onnx._align.check_targets", swap_then_check)
     out = tmp_path / "out"
     out.mkdir()
     _align(path, out / "a.onnx", "a.data")
@@ -164,7 +164,7 @@ def test_reopened_file_must_be_the_same(tmp_path, monkeypatch):
         os.utime(victim, ns=(1, 1))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("onnx_light.onnx._streaming.check_targets", modify_then_check)
+    monkeypatch.setattr("onnx_light.onnx._align.check_targets", modify_then_check)
     with pytest.raises(onnxl.ExternalDataError, match="'W0'.*changed since it was checked"):
         _align(folder / "m.onnx", out / "b.onnx", "b.data")
     assert not (out / "b.onnx").exists()

@@ -137,3 +137,89 @@ def test_location_outside_names_both_paths(tmp_path):
     ):
         onnxl.save(_model(), tmp_path / "x" / "b.onnx", "../w.bin")
     assert sorted(os.listdir(tmp_path)) == ["x"] and os.listdir(tmp_path / "x") == []
+
+
+# -- single-file models --------------------------------------------------------------------
+
+
+def test_single_file_cli_moves_inline_tensors(tmp_path, capsys):
+    model = _model(3, 5000)
+    onnx.save(model, str(tmp_path / "single.onnx"))
+    assert main(["align", str(tmp_path / "single.onnx"), str(tmp_path / "a.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "3 tensors" in out and "1024 bytes or more" in out and "single-file" in out
+    assert os.path.getsize(tmp_path / "a.onnx.data") > 3 * 5000
+    assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
+
+
+def test_nothing_to_move_writes_no_weights_file(tmp_path, capsys):
+    small = helper.make_model(
+        helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(8, np.float32), "s")])
+    )
+    onnx.save(small, str(tmp_path / "small.onnx"))
+    assert main(["align", str(tmp_path / "small.onnx"), str(tmp_path / "a.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "no tensor" in out and "no weights file" in out
+    assert not (tmp_path / "a.onnx.data").exists()
+    assert read_back(tmp_path / "a.onnx") == tensor_bytes(small)
+
+
+_SPLICE_PEAK = """
+import sys
+from onnx_light.bench import PeakMemory
+import onnx_light.onnx as onnxl
+with PeakMemory() as m:
+    onnxl.align_external_data_streaming(sys.argv[1], sys.argv[2], "a.data", size_threshold=2**40)
+print(m.growth, m.exact)
+"""
+
+
+def test_inline_weights_kept_inline_are_spliced_not_read(tmp_path):
+    """64 MiB of inline weights that stay inline: copied file to file, flat memory."""
+    from conftest import peak_growth_in_subprocess
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.integers(0, 255, 16 * 2**20, dtype=np.uint8), f"W{i}")
+        for i in range(4)
+    ]
+    model = helper.make_model(helper.make_graph([], "g", [], [], inits))
+    onnx.save(model, str(tmp_path / "single.onnx"))
+    growth = peak_growth_in_subprocess(_SPLICE_PEAK, tmp_path / "single.onnx", tmp_path / "a.onnx")
+    assert growth < 8 * 2**20, f"{growth / 2**20:.1f} MiB"
+    assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
+    assert not (tmp_path / "a.data").exists()
+
+
+def test_skip_raw_data_model_saved_elsewhere(tmp_path):
+    """The error says what to do; doing it gives one self-contained file."""
+    model = _model(3, 5000)
+    src = tmp_path / "src"
+    src.mkdir()
+    onnx.save(model, str(src / "single.onnx"))
+    meta = onnxl.load(src / "single.onnx", load_external_data=False, skip_raw_data=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(FileNotFoundError, match="use_external_data_location = False.*base_dir"):
+        onnxl.save(meta, out / "model.onnx")
+    assert os.listdir(out) == []
+    for base in (src, src / "single.onnx"):
+        opts = onnxl.SerializeOptions(use_external_data_location=False, base_dir=base)
+        onnxl.save(meta, out / "model.onnx", options=opts)
+        assert os.listdir(out) == ["model.onnx"]
+        assert tensor_bytes(onnx.load(str(out / "model.onnx"))) == tensor_bytes(model)
+
+
+def test_skip_raw_data_model_from_hf_cache_saved_self_contained(tmp_path):
+    """A single-file model symlinked into blobs/: base_dir names the .onnx, as load would read it."""
+    model = _model(3, 5000)
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    onnx.save(model, str(blobs / "cafe"))
+    snap = tmp_path / "snapshots" / "rev"
+    snap.mkdir(parents=True)
+    os.symlink("../../blobs/cafe", snap / "model.onnx")
+    meta = onnxl.load(snap / "model.onnx", load_external_data=False, skip_raw_data=True)
+    opts = onnxl.SerializeOptions(use_external_data_location=False, base_dir=snap / "model.onnx")
+    onnxl.save(meta, tmp_path / "mine.onnx", options=opts)
+    assert tensor_bytes(onnx.load(str(tmp_path / "mine.onnx"))) == tensor_bytes(model)

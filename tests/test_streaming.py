@@ -15,6 +15,7 @@ from conftest import (
     read_back,
     run_ort,
     save_two_file,
+    sha256,
     tensor_bytes,
 )
 from onnx import numpy_helper
@@ -53,11 +54,7 @@ def test_align_two_and_multi_file(tmp_path, alignment, layout):
 def test_inline_tensors_stay_inline_or_move(tmp_path):
     model = make_every_kind_model()
     onnx.save(model, str(tmp_path / "single.onnx"))
-    # without size_threshold: nothing external, everything inline again
-    n = onnxl.align_external_data_streaming(tmp_path / "single.onnx", tmp_path / "a.onnx", "a.data")
-    assert n == 0 and external_offsets(tmp_path / "a.onnx") == []
-    assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
-    # with it: single-file -> aligned two-file
+    # with a threshold: single-file -> aligned two-file
     n = onnxl.align_external_data_streaming(
         tmp_path / "single.onnx", tmp_path / "b.onnx", "b.data", 4096, size_threshold=1024
     )
@@ -65,6 +62,11 @@ def test_inline_tensors_stay_inline_or_move(tmp_path):
     assert len(refs) == 17 and n == os.path.getsize(tmp_path / "b.data")
     assert read_back(tmp_path / "b.onnx") == tensor_bytes(model)
     assert os.path.getsize(tmp_path / "b.onnx") < 10_000
+    # without one, a source with no external data gets onnx.save's threshold
+    n = onnxl.align_external_data_streaming(tmp_path / "single.onnx", tmp_path / "a.onnx", "a.data")
+    assert n == os.path.getsize(tmp_path / "b.data")
+    assert sha256(tmp_path / "a.data") == sha256(tmp_path / "b.data")
+    assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
     # a threshold under 1 KiB moves smaller inline tensors too
     onnxl.align_external_data_streaming(
         tmp_path / "single.onnx", tmp_path / "c.onnx", "c.data", 64, size_threshold=0

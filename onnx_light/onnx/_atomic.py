@@ -237,14 +237,6 @@ def _unlink(path: str) -> None:
         os.unlink(path)
 
 
-def write_file_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically."""
-    with AtomicFiles() as files:
-        fd = files.create(path)
-        write_all(fd, data)
-        files.commit()
-
-
 def write_all(fd: int, data: bytes) -> None:
     """Write all of ``data`` to ``fd`` at its current position."""
     view = memoryview(data)

@@ -7,7 +7,7 @@ import os
 import onnx
 from google.protobuf.message import DecodeError
 
-from ._atomic import folder_lock, write_file_atomic
+from ._atomic import folder_lock
 from ._errors import ExternalDataError, shown
 from ._external import InlineSpans, Resolver, TensorRef, set_inline
 from ._files import read_refs, read_whole
@@ -199,19 +199,12 @@ def save(
     destination_dir(path)
     with SourceFiles() as files:
         plan = SavePlan(model, path, location, options, files)
-        if location is not None:
-            plan.write()
-            return
-        if plan.inline_bytes > PROTOBUF_LIMIT:
+        if location is None and plan.inline_bytes > PROTOBUF_LIMIT:
             raise ValueError(
                 f"model for {path!r} holds {plan.inline_bytes} bytes of tensor data, over "
                 "protobuf's 2 GiB limit: pass location= to store the weights in a second file"
             )
-        try:
-            data = plan.serialize()
-        except ValueError as e:
-            raise ValueError(f"cannot serialize the model for {path!r}: {e}") from None
-        write_file_atomic(path, data)
+        plan.write()
 
 
 __all__ = ["load", "save", "ExternalDataError"]

@@ -96,9 +96,11 @@ class SerializeOptions:
         num_threads: parallel writers; ``None`` picks a number automatically
             (one per destination file: 1, since buffered writes to one file do
             not go faster with more threads).
-        base_dir: the folder external references are read from when
-            ``use_external_data_location`` is False (the folder the model was
-            loaded from); ``None`` means the destination folder.
+        base_dir: where external references are read from when
+            ``use_external_data_location`` is False: the folder the model was
+            loaded from, or the ``.onnx`` file itself (then, as in ``load``,
+            a file may also lie in the folder of its real path, e.g. in a
+            Hugging Face cache); ``None`` means the destination folder.
 
     Example::
 

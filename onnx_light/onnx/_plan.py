@@ -11,16 +11,16 @@ import os
 
 import onnx
 
-from ._atomic import AtomicFiles, write_all
+from ._atomic import AtomicFiles
+from ._errors import ExternalDataError
 from ._external import Resolver, external_entries, set_external
-from ._files import read_refs
 from ._layout import Layout, plan_layout
 from ._options import SerializeOptions, check_alignment, check_num_threads
-from ._serialize import serialize_with, strip_raw_data
+from ._serialize import Spliced, serialize_pieces, strip_raw_data
 from ._sources import SourceFiles
 from ._targets import check_targets, weights_destination
 from ._tensors import is_external, iter_tensors, tensor_nbytes
-from ._writer import Item, write_weights
+from ._writer import Item, write_pieces, write_weights
 
 
 class SavePlan:
@@ -65,7 +65,7 @@ class SavePlan:
             self.weights_path, self.location = weights_destination(path, location)
         folder = os.path.dirname(path)
         keep = Resolver(folder, files)
-        base = Resolver(options.base_dir if options.base_dir is not None else folder, files)
+        base = _base_resolver(options.base_dir, folder, files)
         self.items: list[Item] = []
         self.inline_refs = []  # external tensors to inline in a single-file save
         self.inline_bytes = 0
@@ -73,7 +73,7 @@ class SavePlan:
             tensor = site.tensor
             if is_external(tensor):
                 if options.use_external_data_location:
-                    keep.resolve(site)
+                    _keep(keep, site)
                     continue
                 ref = base.resolve(site)
                 if location is None:
@@ -104,15 +104,9 @@ class SavePlan:
             sub = strip_raw_data(item.site.tensor)
             set_external(sub, external_entries(self.location, offset, item.size, item.entries))
             subs[item.site.path] = sub
-        for ref, data in read_refs(self.inline_refs, self.files):
-            sub = strip_raw_data(ref.site.tensor)
-            sub.raw_data = data
-            subs[ref.site.path] = sub
+        for ref in self.inline_refs:  # copied file to file into the .onnx, never read
+            subs[ref.site.path] = Spliced(strip_raw_data(ref.site.tensor), ref)
         return subs
-
-    def serialize(self) -> bytes:
-        """The destination ``.onnx`` bytes."""
-        return serialize_with(self.model, self.substitutions())
 
     def write(self, *, mutate: bool = False) -> int:
         """Write the weights file (when any tensor goes there) and the ``.onnx``, atomically.
@@ -129,11 +123,46 @@ class SavePlan:
             if self.items:
                 fd = files.create(self.weights_path)
                 size = write_weights(fd, self.items, self.layout, self.files, self.threads)
-            data = self.serialize()
-            write_all(files.create(self.path), data)
+            try:
+                pieces = serialize_pieces(self.model, self.substitutions())
+            except ValueError as e:  # e.g. a message protobuf cannot encode
+                raise ValueError(f"cannot serialize the model for {self.path!r}: {e}") from None
+            write_pieces(files.create(self.path), pieces, self.files)
             files.commit()
         if mutate:
             for item, offset in zip(self.items, self.layout.offsets, strict=False):
                 pairs = external_entries(self.location, offset, item.size, item.entries)
                 set_external(item.site.tensor, pairs)
         return size
+
+
+_KEEP_HINT = (
+    "; save keeps external references as they are (options.use_external_data_location "
+    "is True), so they must resolve from the destination folder: save next to the files "
+    "they name, or set options.use_external_data_location = False and options.base_dir "
+    "to the folder (or the .onnx) the model was loaded from, to copy their bytes (a model "
+    "loaded with skip_raw_data then becomes one self-contained file)"
+)
+
+
+def _keep(resolver: Resolver, site) -> None:
+    """Check a reference the save keeps; a failure says how to copy the bytes instead."""
+    try:
+        resolver.resolve(site)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{e}{_KEEP_HINT}") from None
+    except ExternalDataError as e:
+        if "outside" not in str(e) and "does not exist" not in str(e):
+            raise
+        raise ExternalDataError(f"{e}{_KEEP_HINT}") from None
+
+
+def _base_resolver(base_dir, folder: str, files: SourceFiles) -> Resolver:
+    """Where copied references are read from: ``base_dir`` (a folder, or the model file
+    it was loaded from), else the destination folder."""
+    if base_dir is None:
+        return Resolver(folder, files)
+    base = os.path.abspath(os.fsdecode(base_dir))
+    if os.path.isfile(base):  # the .onnx itself: its real folder is allowed too, as in load
+        return Resolver(os.path.dirname(base), files, None, base)
+    return Resolver(base, files)

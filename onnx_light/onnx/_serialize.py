@@ -2,22 +2,56 @@
 
 ``save`` must not modify the caller's model, yet the ``.onnx`` it writes holds
 references instead of the big tensors' raw data. Copying the model would copy
-every weight; instead :func:`serialize_with` encodes the messages on the way to
+every weight; instead :func:`serialize_pieces` encodes the messages on the way to
 a replaced tensor field by field and lets protobuf serialize everything else
 in C. A protobuf message is the concatenation of its fields, so the result
 parses to the model with the substitutions applied. Unknown fields (written
 by a newer ONNX) of the messages on the way are kept, as ``onnx.save`` keeps
 them.
+
+The result is a list of pieces: bytes, and spans of source files (a
+:class:`Spliced` tensor's raw_data), which the writer copies file to file, so
+inline weights that stay inline are never read into memory.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import onnx
 
-from ._tensors import Path
 from ._wire import encode_varint
 
 _LEAF = object()
+_RAW_DATA_TAG = encode_varint(9 << 3 | 2)
+
+
+@dataclass(frozen=True)
+class Span:
+    """Bytes of a source file that go into the output as they are.
+
+    Attributes:
+        ref: the :class:`TensorRef` whose bytes these are (source, offset, length).
+    """
+
+    ref: object
+
+    @property
+    def length(self) -> int:
+        return self.ref.length
+
+
+@dataclass(frozen=True)
+class Spliced:
+    """A tensor to write inline, its raw_data copied from a file, never read into memory.
+
+    Attributes:
+        tensor: the tensor without raw_data, external_data and data_location.
+        ref: where its raw_data lies.
+    """
+
+    tensor: onnx.TensorProto
+    ref: object
 
 
 def strip_raw_data(tensor: onnx.TensorProto) -> onnx.TensorProto:
@@ -81,7 +115,7 @@ def _is_repeated(fd) -> bool:
     return fd.label == fd.LABEL_REPEATED
 
 
-def _trie(subs: dict[Path, onnx.TensorProto]) -> dict:
+def _trie(subs: dict) -> dict:
     root: dict = {}
     for path, tensor in subs.items():
         node = root
@@ -91,10 +125,22 @@ def _trie(subs: dict[Path, onnx.TensorProto]) -> dict:
     return root
 
 
-def _encode(msg, trie: dict) -> bytes:
+def piece_size(pieces: list) -> int:
+    """Bytes the pieces make once written."""
+    return sum(len(p) if isinstance(p, bytes) else p.length for p in pieces)
+
+
+def _leaf(sub) -> list:
+    if isinstance(sub, Spliced):
+        head = sub.tensor.SerializeToString() + _RAW_DATA_TAG + encode_varint(sub.ref.length)
+        return [head, Span(sub.ref)]
+    return [sub.SerializeToString()]
+
+
+def _encode(msg, trie: dict) -> list:
     fields = {name for name, _ in trie}
     rest = type(msg)()
-    parts = []
+    parts: list = []
     for fd in msg.DESCRIPTOR.fields:
         name = fd.name
         if name not in fields:
@@ -105,26 +151,40 @@ def _encode(msg, trie: dict) -> bytes:
         for index, child in items:
             sub = trie.get((name, index))
             if sub is None:
-                data = child.SerializeToString()
+                data = [child.SerializeToString()]
             elif isinstance(sub, tuple):
-                data = sub[1].SerializeToString()
+                data = _leaf(sub[1])
             else:
                 data = _encode(child, sub)
-            parts.append(tag + encode_varint(len(data)) + data)
+            parts.append(tag + encode_varint(piece_size(data)))
+            parts.extend(data)
     _copy_unknown(msg, rest)
-    return rest.SerializeToString() + b"".join(parts)
+    return _merge([rest.SerializeToString(), *parts])
 
 
-def serialize_with(model: onnx.ModelProto, subs: dict[Path, onnx.TensorProto]) -> bytes:
-    """Serialize ``model`` with the tensor at each path replaced.
+def _merge(pieces: list) -> list:
+    """Adjacent bytes pieces joined: fewer, longer writes."""
+    out: list = []
+    for piece in pieces:
+        if isinstance(piece, bytes) and out and isinstance(out[-1], bytes):
+            out[-1] += piece
+        else:
+            out.append(piece)
+    return out
+
+
+def serialize_pieces(model: onnx.ModelProto, subs: dict) -> list:
+    """Serialize ``model`` with the tensor at each path replaced, as pieces.
 
     Args:
         model: the model, left unchanged.
-        subs: replacement tensors keyed by their walker path.
+        subs: replacement tensors keyed by their walker path: a TensorProto,
+            or a :class:`Spliced` tensor whose raw_data stays in its file.
 
     Returns:
-        The serialized model.
+        A list of ``bytes`` and :class:`Span` (bytes to copy from a file)
+        whose concatenation is the serialized model.
     """
     if not subs:
-        return model.SerializeToString()
+        return [model.SerializeToString()]
     return _encode(model, _trie(subs))

@@ -7,37 +7,11 @@ from collections.abc import Callable
 
 import onnx
 
-from ._atomic import AtomicFiles, folder_lock, write_all
-from ._external import Resolver, external_entries, set_external, set_inline
-from ._files import read_refs
-from ._io import scan_model
-from ._layout import plan_layout
-from ._options import SerializeOptions, check_alignment, check_options, check_size_threshold
+from ._align import align_model
+from ._options import SerializeOptions, check_options
 from ._plan import SavePlan
 from ._sources import SourceFiles
-from ._targets import check_targets, destination_dir, weights_destination
-from ._tensors import is_external, iter_tensors, tensor_nbytes
-from ._writer import Item, write_weights
-
-MAX_CHUNK_SIZE = 2**30  # the kernel moves at most ~2 GiB per call anyway
-
-
-def _check_args(
-    alignment: object, chunk_size: object, size_threshold: object, progress: object
-) -> None:
-    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
-        raise ValueError(f"alignment must be a power of two >= 1, got {alignment!r}")
-    check_alignment(alignment)
-    if (
-        isinstance(chunk_size, bool)
-        or not isinstance(chunk_size, int)
-        or not 0 < chunk_size <= MAX_CHUNK_SIZE
-    ):
-        raise ValueError(f"chunk_size must be an int in [1, {MAX_CHUNK_SIZE}], got {chunk_size!r}")
-    if size_threshold is not None:
-        check_size_threshold(size_threshold)
-    if progress is not None and not callable(progress):
-        raise TypeError(f"progress must be a callable or None, got {progress!r}")
+from ._targets import destination_dir
 
 
 def align_external_data_streaming(
@@ -61,8 +35,14 @@ def align_external_data_streaming(
     Tensors spread over many source files all land in the one destination
     file; tensors sharing a source byte range share one copy; extra
     ``external_data`` keys (e.g. ``checksum``) are kept. Inline tensors stay
-    inline unless ``size_threshold`` is given. Destination == source
-    (re-aligning in place) works: both files are replaced atomically.
+    inline unless ``size_threshold`` is given, and are then copied file to
+    file too: memory stays flat for single-file sources. A source with no
+    external data at all (a single-file model) has its inline tensors of
+    1 KiB or more moved (onnx.save's own threshold) when ``size_threshold``
+    is None: re-aligning a single file means giving it aligned external data.
+    When no tensor goes to the weights file, it is not created (0 is
+    returned). Destination == source (re-aligning in place) works: both files
+    are replaced atomically.
 
     Args:
         src_onnx_path: the model to re-align.
@@ -73,12 +53,14 @@ def align_external_data_streaming(
         chunk_size: bytes per copy call, and between two progress calls.
         size_threshold: when set, inline tensors with at least this many bytes
             of raw data move into the weights file too, streamed from the
-            source ``.onnx``.
+            source ``.onnx``. None: inline tensors stay inline, except in a
+            source without external data (see above).
         progress: ``progress(done_bytes, total_bytes)``, called at least once
             per ``chunk_size`` copied and last with ``done == total``.
 
     Returns:
-        The number of bytes of the destination weights file, padding included.
+        The number of bytes of the destination weights file, padding included
+        (0 when no tensor went there and the file was not written).
 
     Raises:
         ValueError: bad ``alignment`` (a power of two up to 1 GiB), ``chunk_size``
@@ -92,68 +74,15 @@ def align_external_data_streaming(
 
     .. versionadded:: 0.1
     """
-    _check_args(alignment, chunk_size, size_threshold, progress)
-    src = os.path.abspath(os.fsdecode(src_onnx_path))
-    dst = os.path.abspath(os.fsdecode(dst_onnx_path))
-    destination_dir(dst)
-    weights_path, location = weights_destination(dst, dst_weights_path)
-    with SourceFiles() as files:
-        model, items, inline = _plan_align(src, files, size_threshold)
-        check_targets(
-            [weights_path, dst],
-            files,
-            in_place=_same_entry(src, dst),
-            hint="give the new files other names, or pass the source .onnx as the "
-            "destination to re-align it in place",
-        )
-        layout = plan_layout([it.size for it in items], alignment, [it.key for it in items])
-        with AtomicFiles() as out:
-            fd = out.create(weights_path)
-            total = write_weights(fd, items, layout, files, 1, chunk_size, progress)
-            for ref, data in read_refs(inline, files):
-                set_inline(ref.site.tensor, data)
-            for item, offset in zip(items, layout.offsets, strict=False):
-                pairs = external_entries(location, offset, item.size, item.entries)
-                set_external(item.site.tensor, pairs)
-            write_all(out.create(dst), model.SerializeToString())
-            out.commit()
-    return total
-
-
-def _plan_align(src: str, files: SourceFiles, size_threshold: int | None):
-    """Scan ``src`` and check every reference, under a shared lock on its folder.
-
-    Returns:
-        ``(model, items for the weights file, refs of inline bytes that stay inline)``.
-    """
-    folder = os.path.dirname(src)
-    items: list[Item] = []
-    inline: list = []
-    with folder_lock(folder, shared=True):
-        model, spans = scan_model(src, files)
-        resolver = Resolver(folder, files, spans, src)
-        for site in iter_tensors(model):
-            tensor = site.tensor
-            if is_external(tensor):
-                ref = resolver.resolve(site)
-                from_inline = ref.source is spans.source and (ref.offset, ref.length) in spans.spans
-                if from_inline and (size_threshold is None or ref.length < size_threshold):
-                    inline.append(ref)
-                else:
-                    items.append(Item(site, ref.length, ref, ref.entries))
-            elif size_threshold is not None and tensor.HasField("raw_data"):
-                size = tensor_nbytes(tensor)
-                size = len(tensor.raw_data) if size is None else size
-                if size >= size_threshold:
-                    items.append(Item(site, size))
-    return model, items, inline
-
-
-def _same_entry(a: str, b: str) -> bool:
-    """True when two paths name the same entry of the same folder (in place)."""
-    return os.path.basename(a) == os.path.basename(b) and os.path.realpath(
-        os.path.dirname(a)
-    ) == os.path.realpath(os.path.dirname(b))
+    return align_model(
+        src_onnx_path,
+        dst_onnx_path,
+        dst_weights_path,
+        alignment,
+        chunk_size,
+        size_threshold=size_threshold,
+        progress=progress,
+    ).size
 
 
 class _SharedPlan(SavePlan):

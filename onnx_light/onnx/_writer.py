@@ -202,3 +202,40 @@ def write_weights(
     if progress is not None and total == 0:
         progress(0, 0)
     return layout.total
+
+
+def write_pieces(
+    fd: int, pieces: list, files: SourceFiles, chunk_size: int = 4 * 1024 * 1024
+) -> int:
+    """Write serialized pieces (bytes, and spans of source files) one after the other.
+
+    Spans are copied file to file by the copy engine, so a model whose inline
+    weights stay inline is written without reading them into memory.
+
+    Args:
+        fd: the destination, open for writing.
+        pieces: from :func:`~._serialize.serialize_pieces`.
+        files: the call's source files.
+        chunk_size: bytes per copy system call.
+
+    Returns:
+        The number of bytes written.
+
+    Raises:
+        TruncatedFileError: a source ended early (an OSError).
+        OSError: disk full, I/O error.
+    """
+    position = 0
+    with CopyEngine(chunk_size) as engine:
+        for piece in pieces:
+            if isinstance(piece, bytes):
+                pwrite_all(fd, piece, position)
+                position += len(piece)
+                continue
+            ref = piece.ref
+            with files.lease(ref.source) as src:
+                what = f"tensor {ref.site.label} in {ref.file!r}"
+                engine.copy(src, ref.offset, fd, position, ref.length, what)
+            position += ref.length
+    os.ftruncate(fd, position)
+    return position
