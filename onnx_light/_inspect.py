@@ -126,13 +126,14 @@ def verify_model(path: str) -> tuple[int, list[str]]:
         path: the ``.onnx`` file.
 
     Returns:
-        ``(number of external tensors, problems)``, one message per bad tensor.
+        ``(number of external tensors, problems)``: one message per cause
+        (tensors failing for the same reason, e.g. a missing file, share one).
 
     Raises:
         FileNotFoundError, ValueError: the model itself cannot be read.
     """
     path = os.path.abspath(path)
-    count, problems = 0, []
+    count, problems = 0, []  # (tensor label, message)
     with SourceFiles() as files:
         model, inline = scan_model(path, files)
         resolver = Resolver(os.path.dirname(path), files, inline, path)
@@ -142,8 +143,23 @@ def verify_model(path: str) -> tuple[int, list[str]]:
             try:
                 ref = resolver.resolve(site)
             except (OSError, ValueError) as e:
-                problems.append(str(e))
+                problems.append((site.label, str(e)))
                 count += 1
                 continue
             count += ref.source is not inline.source  # inline bytes are not external
-    return count, problems
+    return count, _grouped(problems)
+
+
+def _grouped(problems: list[tuple[str, str]]) -> list[str]:
+    """One line per cause: tensors failing for the same reason share a line."""
+    causes: dict[str, list[str]] = {}
+    for label, message in problems:
+        causes.setdefault(message.replace(f"tensor {label}", "tensor {}", 1), []).append(label)
+    lines = []
+    for cause, labels in causes.items():
+        if len(labels) == 1:
+            lines.append(cause.replace("tensor {}", f"tensor {labels[0]}", 1))
+            continue
+        shown = ", ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+        lines.append(cause.replace("tensor {}", f"{len(labels)} tensors ({shown})", 1))
+    return lines

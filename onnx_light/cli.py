@@ -205,7 +205,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(_printable(p))
     model = _printable(args.model)
     if problems:
-        print(f"{PROG}: error: {len(problems)} bad reference(s) in {model}", file=sys.stderr)
+        print(
+            f"{PROG}: error: {len(problems)} problem(s) with external references in {model}",
+            file=sys.stderr,
+        )
         return 1
     print(f"OK {model}: {count} external tensors, every reference valid")
     return 0

@@ -297,7 +297,7 @@ def test_verify_corrupted_references(tmp_path, capsys):
         lines, ["W1", "B2", "W3", "B3"], ["past the end", "128", "missing.data", ".."], strict=True
     ):
         assert f"'{name}'" in line and word in line
-    assert_one_error_line(captured.err, "4 bad reference(s)")
+    assert_one_error_line(captured.err, "4 problem(s) with external references")
 
 
 # errors, help, version -----------------------------------------------------

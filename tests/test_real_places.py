@@ -223,3 +223,70 @@ def test_skip_raw_data_model_from_hf_cache_saved_self_contained(tmp_path):
     opts = onnxl.SerializeOptions(use_external_data_location=False, base_dir=snap / "model.onnx")
     onnxl.save(meta, tmp_path / "mine.onnx", options=opts)
     assert tensor_bytes(onnx.load(str(tmp_path / "mine.onnx"))) == tensor_bytes(model)
+
+
+# -- sparse tensors, mixed fields, grouped problems ------------------------------------------
+
+
+def _sparse_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    values = numpy_helper.from_array(rng.standard_normal(600).astype(np.float32), "sv")
+    indices = numpy_helper.from_array(np.arange(0, 1200, 2, dtype=np.int64), "si")
+    sparse = helper.make_sparse_tensor(values, indices, [1200])
+    dense = numpy_helper.from_array(rng.standard_normal(600).astype(np.float32), "dense")
+    graph = helper.make_graph([], "g", [], [], [dense], sparse_initializer=[sparse])
+    return helper.make_model(graph)
+
+
+@pytest.mark.parametrize("how", ["save", "align"])
+def test_sparse_tensors_stay_inline(tmp_path, how):
+    """onnx never stores sparse tensors externally (its checker cannot read them): neither do we."""
+    model = _sparse_model()
+    onnx.save(model, str(tmp_path / "single.onnx"))
+    if how == "save":
+        onnxl.save(
+            model, tmp_path / "m.onnx", "m.data", options=onnxl.SerializeOptions(size_threshold=0)
+        )
+    else:
+        onnxl.align_external_data_streaming(
+            tmp_path / "single.onnx", tmp_path / "m.onnx", "m.data", size_threshold=0
+        )
+    saved = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    assert saved.graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL
+    sparse = saved.graph.sparse_initializer[0]
+    assert sparse.values.data_location != onnx.TensorProto.EXTERNAL
+    assert sparse.indices.data_location != onnx.TensorProto.EXTERNAL
+    onnx.checker.check_model(str(tmp_path / "m.onnx"))
+    assert tensor_bytes(onnx.load(str(tmp_path / "m.onnx"))) == tensor_bytes(model)
+
+
+@pytest.mark.parametrize("how", ["save", "align"])
+def test_raw_data_with_a_typed_field_is_refused_when_moved(tmp_path, how):
+    t = numpy_helper.from_array(np.arange(600, dtype=np.float32), "both")
+    t.float_data.extend([1.0, 2.0])  # now raw_data and float_data
+    model = helper.make_model(helper.make_graph([], "g", [], [], [t]))
+    onnx.save(model, str(tmp_path / "single.onnx"))
+    with pytest.raises(onnxl.ExternalDataError, match="'both'.*raw_data and float_data"):
+        if how == "save":
+            onnxl.save(model, tmp_path / "m.onnx", "m.data")
+        else:
+            onnxl.align_external_data_streaming(
+                tmp_path / "single.onnx", tmp_path / "m.onnx", "m.data"
+            )
+    assert sorted(os.listdir(tmp_path)) == ["single.onnx"]
+    # kept inline, it is the caller's own business, as in onnx
+    onnxl.save(model, tmp_path / "one.onnx")
+    onnxl.align_external_data_streaming(
+        tmp_path / "single.onnx", tmp_path / "a.onnx", "a.data", size_threshold=2**30
+    )
+
+
+def test_verify_groups_problems_by_cause(tmp_path, capsys):
+    model = _model(20, 2000)
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+    os.remove(tmp_path / "m.onnx.data")
+    assert main(["verify", str(tmp_path / "m.onnx")]) == 1
+    out, err = capsys.readouterr()
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 and "20 tensors ('W0'" in lines[0] and "and 17 more" in lines[0]
+    assert "does not exist" in lines[0]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ._atomic import AtomicFiles, folder_lock
-from ._external import Resolver, external_entries, read_entries, set_external
+from ._external import Resolver, check_movable, external_entries, read_entries, set_external
 from ._io import scan_model
 from ._layout import plan_layout
 from ._options import check_alignment, check_size_threshold
@@ -135,16 +135,25 @@ def _plan(src: str, files: SourceFiles, size_threshold: int | None):
             if is_external(tensor):
                 ref = resolver.resolve(site)
                 from_inline = ref.source is spans.source and (ref.offset, ref.length) in spans.spans
-                if from_inline and (size_threshold is None or ref.length < size_threshold):
+                if from_inline and not _moves(site, ref.length, size_threshold):
                     inline.append(ref)
                 else:
                     items.append(Item(site, ref.length, ref, ref.entries))
-            elif size_threshold is not None and tensor.HasField("raw_data"):
+            elif tensor.HasField("raw_data"):
                 size = tensor_nbytes(tensor)
                 size = len(tensor.raw_data) if size is None else size
-                if size >= size_threshold:
+                if _moves(site, size, size_threshold):
                     items.append(Item(site, size))
     return model, items, inline, size_threshold
+
+
+def _moves(site, size: int, threshold: int | None) -> bool:
+    """Whether an inline tensor moves to the weights file (sparse tensors stay inline,
+    as onnx keeps them: its checker cannot read external sparse tensors)."""
+    if threshold is None or size < threshold or site.in_sparse:
+        return False
+    check_movable(site)
+    return True
 
 
 def _same_entry(a: str, b: str) -> bool:

@@ -204,6 +204,13 @@ def read_entries(site: TensorSite, check: bool = True) -> dict[str, str]:
         raise ExternalDataError(f"tensor {site.label}: external_data has no 'location'")
     if check:
         check_location(location, f"tensor {site.label}")
+        _check_external_tensor(site, location)
+    return entries
+
+
+def _check_external_tensor(site: TensorSite, location: str) -> None:
+    """An EXTERNAL tensor holds no data of its own and is not a string tensor."""
+    tensor = site.tensor
     carried = _carried_data(tensor)
     if carried is not None:
         raise ExternalDataError(
@@ -213,7 +220,22 @@ def read_entries(site: TensorSite, check: bool = True) -> dict[str, str]:
         raise ExternalDataError(
             f"tensor {site.label} in {location!r}: string tensors cannot be stored externally"
         )
-    return entries
+
+
+def check_movable(site: TensorSite) -> None:
+    """Refuse to move an inline tensor to external data when the result would be invalid.
+
+    Raises:
+        ExternalDataError: the tensor holds raw_data and a typed field
+            (``float_data``...) too: onnx reads raw_data, its checker (and
+            ``verify``) refuse an EXTERNAL tensor that keeps the other.
+    """
+    for field in _TYPED_FIELDS:
+        if len(getattr(site.tensor, field)):
+            raise ExternalDataError(
+                f"tensor {site.label}: holds both raw_data and {field}; moved to external "
+                f"data it would keep {field}, which onnx's checker refuses: clear one of them"
+            )
 
 
 class Resolver:
@@ -271,9 +293,10 @@ class Resolver:
         """
         entries = read_entries(site, check=False)
         if self.inline is not None and self.inline.holds(entries):
-            source = self.inline.source
+            source = self.inline.source  # the model's own inline bytes
         else:
             check_location(entries["location"], f"tensor {site.label}")
+            _check_external_tensor(site, entries["location"])
             source = self.source_of(entries["location"], site.label)
         file, size = source.path, source.size
         offset = _int_entry(entries, "offset", site.label, file) or 0

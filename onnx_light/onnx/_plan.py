@@ -13,7 +13,7 @@ import onnx
 
 from ._atomic import AtomicFiles
 from ._errors import ExternalDataError
-from ._external import Resolver, external_entries, set_external
+from ._external import Resolver, check_movable, external_entries, set_external
 from ._layout import Layout, plan_layout
 from ._options import SerializeOptions, check_alignment, check_num_threads
 from ._serialize import Spliced, serialize_pieces, strip_raw_data
@@ -87,7 +87,8 @@ class SavePlan:
             size = tensor_nbytes(tensor)
             if size is None:
                 size = len(tensor.raw_data)
-            if location is not None and size >= options.size_threshold:
+            if location is not None and size >= options.size_threshold and not site.in_sparse:
+                check_movable(site)
                 self.items.append(Item(site, size))
             else:
                 self.inline_bytes += size

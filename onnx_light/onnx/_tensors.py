@@ -42,6 +42,11 @@ class TensorSite:
     path: Path
 
     @property
+    def in_sparse(self) -> bool:
+        """True for the values or indices of a sparse tensor."""
+        return bool(self.path) and self.path[-1][0] in ("values", "indices")
+
+    @property
     def label(self) -> str:
         """A human name: the tensor's name and, when it has none, its path."""
         where = path_to_str(self.path)
