@@ -158,6 +158,43 @@ def onnx_load_single(p: Paths, out: str) -> Case:
     return Case(lambda: onnx.load(p.single))
 
 
+def forest_scan(p: Paths, out: str) -> Case:
+    """onnx-light: ``load(skip_raw_data=True)`` of a tree ensemble (millions of fields)."""
+    return Case(lambda: onnxl.load(p.forest, load_external_data=False, skip_raw_data=True))
+
+
+def onnx_load_forest(p: Paths, out: str) -> Case:
+    """onnx: ``onnx.load(load_external_data=False)`` of the same tree ensemble."""
+    return Case(lambda: onnx.load(p.forest, load_external_data=False))
+
+
+def align_single(p: Paths, out: str) -> Case:
+    """onnx-light: re-align the single-file model (its inline weights move, streamed)."""
+    dst = os.path.join(out, MODEL)
+    return Case(
+        lambda: onnxl.align_external_data_streaming(p.single, dst, DATA, ALIGNMENT),
+        [dst, os.path.join(out, DATA)],
+    )
+
+
+def ir_align_single(p: Paths, out: str) -> Case:
+    """onnx-ir: ``ir.load`` + ``ir.save(alignment=4096)`` of the single-file model."""
+    dst = os.path.join(out, MODEL)
+
+    def run():
+        model = ir.load(p.single)
+        ir.save(
+            model,
+            dst,
+            external_data=DATA,
+            size_threshold_bytes=1024,
+            alignment=ALIGNMENT,
+            align_threshold=0,
+        )
+
+    return Case(run, [dst, os.path.join(out, DATA)])
+
+
 def _session(path: str):
     so = ort.SessionOptions()
     so.add_session_config_entry("session.disable_prepacking", "1")
@@ -190,5 +227,9 @@ OPS: dict[str, Callable[[Paths, str], Case]] = {
         onnx_load_single,
         ort_aligned,
         ort_single,
+        forest_scan,
+        onnx_load_forest,
+        align_single,
+        ir_align_single,
     )
 }

@@ -123,7 +123,7 @@ def measure(args, workdir: str, todo) -> dict:
         for size, ops in todo:
             paths = sources.Paths(workdir, size)
             t0 = time.perf_counter()
-            n = sources.warm(paths.files(["two", "single", "aligned"]))
+            n = sources.warm(paths.files(["two", "single", "aligned", "forest"]))
             log(
                 f"[round {r + 1}/{args.rounds}] {size}: page cache warmed "
                 f"({n / sources.MiB:.0f} MiB read in {time.perf_counter() - t0:.1f} s)"

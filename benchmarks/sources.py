@@ -5,6 +5,7 @@ Layout of the work dir, for each size name ``S``::
     two-S/model.onnx (+ model.onnx.data)   onnx.save(save_as_external_data=True)
     single-S/model.onnx                    onnx.save, one file (single-file sizes only)
     aligned-S/model.onnx (+ .data)         align_external_data_streaming(two-S, 4096)
+    forest-S/model.onnx                    a tree ensemble, metadata only (single-file sizes)
     out/                                   scratch space of the workers
 
 ``manifest.json`` records what was written; a later run with the same
@@ -28,6 +29,9 @@ SIZES = {
     "1GiB": (64, 2048),
     "4GiB": (256, 2048),  # --large
 }
+# name -> nodes of onnx_light.bench.make_forest_model (500,000 nodes: about 21 MB)
+FOREST_NODES = {"tiny": 2_000, "2MiB": 20_000}
+FOREST_DEFAULT = 500_000
 ALIGNMENT = 4096
 MODEL = "model.onnx"
 DATA = "model.onnx.data"
@@ -53,6 +57,10 @@ class Paths:
         return os.path.join(self.root, f"single-{self.size}", MODEL)
 
     @property
+    def forest(self) -> str:
+        return os.path.join(self.root, f"forest-{self.size}", MODEL)
+
+    @property
     def aligned(self) -> str:
         return os.path.join(self.root, f"aligned-{self.size}", MODEL)
 
@@ -61,7 +69,7 @@ class Paths:
         return os.path.join(self.root, "out")
 
     def files(self, kinds) -> list[str]:
-        """Every existing file of the given kinds (``two``, ``single``, ``aligned``)."""
+        """Every existing file of the given kinds (``two``, ``single``, ``aligned``, ``forest``)."""
         out = []
         for kind in kinds:
             folder = os.path.dirname(getattr(self, kind))
@@ -82,6 +90,10 @@ def _write(paths: Paths, kind: str, log) -> None:
     t0 = time.perf_counter()
     if kind == "aligned":
         onnxl.align_external_data_streaming(paths.two, target, DATA, ALIGNMENT)
+    elif kind == "forest":
+        from onnx_light.bench import make_forest_model
+
+        onnx.save(make_forest_model(_forest_nodes(paths.size)), target)
     else:
         model = make_gemm_model(n, dim)
         if kind == "two":
@@ -92,14 +104,23 @@ def _write(paths: Paths, kind: str, log) -> None:
     log(f"  wrote {kind}-{paths.size} in {time.perf_counter() - t0:.1f} s")
 
 
+def _forest_nodes(size: str) -> int:
+    return FOREST_NODES.get(size, FOREST_DEFAULT)
+
+
+def _spec(size: str, kind: str) -> list:
+    return [_forest_nodes(size)] if kind == "forest" else list(SIZES[size])
+
+
 def ensure(root: str, two_file: list[str], single_file: list[str], log=print) -> None:
     """Write the sources missing from ``root`` (two-file, single-file and aligned models).
 
     Args:
         root: the work dir.
         two_file: size names needing a two-file model.
-        single_file: size names needing a single-file model and an aligned
-            two-file one (made from the two-file model of the same size).
+        single_file: size names needing a single-file model, an aligned
+            two-file one (made from the two-file model of the same size) and
+            a tree ensemble.
         log: where progress lines go.
     """
     os.makedirs(os.path.join(root, "out"), exist_ok=True)
@@ -109,16 +130,16 @@ def ensure(root: str, two_file: list[str], single_file: list[str], log=print) ->
         with open(manifest_path) as f:
             manifest = json.load(f)
     wanted = [(s, "two") for s in set(two_file) | set(single_file) | {"tiny"}]
-    wanted += [(s, k) for s in set(single_file) | {"tiny"} for k in ("single", "aligned")]
+    wanted += [(s, k) for s in set(single_file) | {"tiny"} for k in ("single", "aligned", "forest")]
     wanted.sort(key=lambda sk: (SIZES[sk[0]][0] * SIZES[sk[0]][1] ** 2, sk[1] == "aligned"))
     wrote = False
     for size, kind in wanted:
         key = f"{kind}-{size}"
         paths = Paths(root, size)
-        if manifest.get(key) == list(SIZES[size]) and os.path.exists(getattr(paths, kind)):
+        if manifest.get(key) == _spec(size, kind) and os.path.exists(getattr(paths, kind)):
             continue
         _write(paths, kind, log)
-        manifest[key] = list(SIZES[size])
+        manifest[key] = _spec(size, kind)
         with open(manifest_path, "w") as f:
             json.dump(manifest, f, indent=1)
         wrote = True

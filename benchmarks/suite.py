@@ -21,6 +21,8 @@ GROUPS = {
     "shared": (["shared_save", "full_save"], "two"),
     "skip": (["skip_load", "onnx_load_single"], "single"),
     "ort": (["ort_aligned", "ort_single"], "single"),
+    "forest": (["forest_scan", "onnx_load_forest"], "single"),
+    "align1": (["align_single", "ir_align_single"], "single"),
 }
 # operations whose memory involves memory-mapped files: sample RssAnon / RssFile apart
 TIMELINE = {
@@ -31,6 +33,8 @@ TIMELINE = {
     "onnx_load_single",
     "ort_aligned",
     "ort_single",
+    "align_single",
+    "ir_align_single",
 }
 
 LABELS = {
@@ -47,6 +51,10 @@ LABELS = {
     "onnx_load_single": "onnx.load (single-file)",
     "ort_aligned": "ort.InferenceSession, aligned two-file, no prepacking",
     "ort_single": "ort.InferenceSession, single-file, no prepacking",
+    "forest_scan": "onnxl.load(skip_raw_data=True) of a tree ensemble (metadata only)",
+    "onnx_load_forest": "onnx.load of the same tree ensemble",
+    "align_single": "onnxl.align_external_data_streaming(4096) of the single-file model",
+    "ir_align_single": "onnx_ir load + save(alignment=4096) of the single-file model",
 }
 
 FIGURES = {
@@ -92,6 +100,10 @@ ROWS = [
     Row("skip", "skip_load", "seconds", "onnx_load_single"),
     Row("ort", "ort_aligned", "anon", "ort_single", "ratio", 1 / 20),
     Row("ort", "ort_aligned", "seconds", "ort_single"),
+    Row("forest", "forest_scan", "seconds", "onnx_load_forest", "ratio", 2.0),
+    Row("forest", "forest_scan", "peak", "onnx_load_forest"),
+    Row("align1", "align_single", "seconds", "ir_align_single", "ratio", 1.0),
+    Row("align1", "align_single", "peak", "ir_align_single", "abs", 8 * MiB),
 ]
 
 

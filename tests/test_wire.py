@@ -156,3 +156,66 @@ def test_skip_raw_data_memory_does_not_grow_with_model(tmp_path):
     assert os.path.getsize(path) > 256 * 2**20
     growth = peak_growth_in_subprocess(_PEAK_SCRIPT, path)
     assert growth < 32 * 2**20
+
+
+# -- skimming: what cannot hold a tensor is skipped without being decoded ----------------
+
+
+def _forest(n: int) -> onnx.ModelProto:
+    """A tree-ensemble-like node: a million-field kind of metadata, no weights."""
+    rng = np.random.default_rng(0)
+    node = helper.make_node(
+        "TreeEnsembleRegressor",
+        ["X"],
+        ["Y"],
+        domain="ai.onnx.ml",
+        nodes_featureids=rng.integers(0, 2**40, n).tolist(),
+        nodes_modes=[b"BRANCH_LEQ" if i % 3 else b"LEAF" for i in range(n)],
+        nodes_values=rng.standard_normal(n).astype(np.float32).tolist(),
+        nodes_hitrates=rng.standard_normal(n).tolist(),
+    )
+    const = helper.make_node(
+        "Constant", [], ["c"], value=numpy_helper.from_array(rng.standard_normal(700), "c")
+    )
+    graph = helper.make_graph([node, const], "forest", [], [])
+    return helper.make_model(graph)
+
+
+@pytest.mark.parametrize("window", [1 << 20, 4099])
+@pytest.mark.parametrize("prefilter", [True, False])
+def test_forest_scans_to_protobufs_answer(monkeypatch, window, prefilter):
+    """Runs of varints, floats, doubles and short strings skipped in one step, across
+    window edges; the Constant's weights after them still become a reference."""
+    from onnx_light.onnx import _skim
+
+    monkeypatch.setattr(_skim, "WINDOW", window)
+    if not prefilter:  # every message decoded: the runs are what keeps it fast
+        monkeypatch.setattr(_skim.RawDataFilter, "may_hold", lambda self, spans: True)
+    data = _forest(30_000).SerializeToString()
+    meta, converted = scan_buffer(data, "self.onnx", 1024)
+    assert len(converted) == 1
+    back = _resolve_self_refs(onnx.load_from_string(meta), data)
+    assert back.SerializeToString() == onnx.load_from_string(data).SerializeToString()
+
+
+def test_overlong_raw_data_tag_is_still_read_right():
+    """A raw_data tag in an overlong varint form: found, or kept inline: never misread."""
+    t = numpy_helper.from_array(np.arange(600, dtype=np.float32), "t")
+    plain = t.SerializeToString()
+    head = encode_varint(9 << 3 | 2)
+    overlong = plain.replace(head + encode_varint(2400), b"\xca\x80\x00" + encode_varint(2400), 1)
+    graph = helper.make_graph([], "g", [], [])
+    body = graph.SerializeToString() + encode_varint(5 << 3 | 2) + encode_varint(len(overlong))
+    body += overlong
+    model = helper.make_model(graph).SerializeToString()
+    model = model.replace(
+        encode_varint(7 << 3 | 2)
+        + encode_varint(len(graph.SerializeToString()))
+        + graph.SerializeToString(),
+        encode_varint(7 << 3 | 2) + encode_varint(len(body)) + body,
+    )
+    expected = onnx.load_from_string(model)
+    assert expected.graph.initializer[0].raw_data == t.raw_data
+    meta, converted = scan_buffer(model, "self.onnx", 1024)
+    back = _resolve_self_refs(onnx.load_from_string(meta), model)
+    assert back.graph.initializer[0].raw_data == t.raw_data

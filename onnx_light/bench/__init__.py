@@ -3,7 +3,8 @@
 - :mod:`onnx_light.bench.memory`: the kernel's peak RSS (``VmHWM``) around an
   operation, and anonymous vs file-backed memory;
 - :mod:`onnx_light.bench.timeline`: RSS sampled over time on a background thread;
-- :mod:`onnx_light.bench.models`: synthetic Gemm models of any size;
+- :mod:`onnx_light.bench.models`: synthetic Gemm models of any size, and a
+  tree ensemble (metadata only, millions of fields);
 - :mod:`onnx_light.bench.timing`: the best wall time of several runs.
 
 Only :mod:`onnx_light.bench.models` needs nothing beyond the core
@@ -11,7 +12,7 @@ dependencies; all work on Linux (``/proc``) and degrade elsewhere.
 """
 
 from .memory import PeakMemory, measure_peak, read_status
-from .models import make_gemm_model, model_inputs, weights_nbytes
+from .models import make_forest_model, make_gemm_model, model_inputs, weights_nbytes
 from .timeline import RssTimeline
 from .timing import best_time
 
@@ -19,6 +20,7 @@ __all__ = [
     "PeakMemory",
     "RssTimeline",
     "best_time",
+    "make_forest_model",
     "make_gemm_model",
     "measure_peak",
     "model_inputs",

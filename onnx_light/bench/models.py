@@ -58,3 +58,54 @@ def model_inputs(dim: int = 1024, batch: int = 2, seed: int = 1) -> dict[str, np
 def weights_nbytes(n_weights: int, dim: int) -> int:
     """Bytes of weights (biases included) of ``make_gemm_model(n_weights, dim)``."""
     return n_weights * (dim * dim + dim) * 4
+
+
+def make_forest_model(n_nodes: int = 500_000, seed: int = 0) -> onnx.ModelProto:
+    """A tree ensemble as scikit-learn converters write it: millions of small fields.
+
+    One ``ai.onnx.ml`` ``TreeEnsembleRegressor`` node whose attributes list
+    every node of the forest (ids, features, modes, thresholds, targets) as
+    unpacked repeated fields, the layout that makes a metadata scan visit
+    one field per value. No weights at all: 500,000 nodes weigh about 21 MB.
+
+    Args:
+        n_nodes: number of tree nodes (1,000 per tree).
+        seed: seed of the random values.
+
+    Returns:
+        The model (onnxruntime can run it on inputs of shape ``[batch, 50]``).
+    """
+    rng = np.random.default_rng(seed)
+    ids = np.arange(n_nodes)
+    leaves = n_nodes // 2
+    node = helper.make_node(
+        "TreeEnsembleRegressor",
+        ["X"],
+        ["Y"],
+        domain="ai.onnx.ml",
+        nodes_featureids=rng.integers(0, 50, n_nodes).tolist(),
+        nodes_modes=[b"BRANCH_LEQ" if i % 2 else b"LEAF" for i in range(n_nodes)],
+        nodes_nodeids=(ids % 1000).tolist(),
+        nodes_treeids=(ids // 1000).tolist(),
+        nodes_truenodeids=rng.integers(0, 1000, n_nodes).tolist(),
+        nodes_falsenodeids=rng.integers(0, 1000, n_nodes).tolist(),
+        nodes_values=rng.standard_normal(n_nodes).astype(np.float32).tolist(),
+        nodes_hitrates=[1.0] * n_nodes,
+        nodes_missing_value_tracks_true=[0] * n_nodes,
+        target_ids=[0] * leaves,
+        target_nodeids=(ids[:leaves] % 1000).tolist(),
+        target_treeids=(ids[:leaves] // 1000).tolist(),
+        target_weights=rng.standard_normal(leaves).astype(np.float32).tolist(),
+        n_targets=1,
+        post_transform="NONE",
+    )
+    graph = helper.make_graph(
+        [node],
+        "forest",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", 50])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", 1])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    return model

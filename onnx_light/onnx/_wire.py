@@ -22,6 +22,7 @@ from array import array
 
 from ._errors import ExternalDataError
 from ._files import pread_exact
+from ._skim import RawDataFilter, run_end
 
 MAX_DEPTH = 100
 
@@ -45,6 +46,7 @@ _SINGULAR = {
     "training": {1, 2},
 }
 _RAW_DATA, _NAME, _EXTERNAL_DATA, _DATA_LOCATION = 9, 8, 13, 14
+_TENSOR_WATCH = frozenset({_RAW_DATA, _NAME, _EXTERNAL_DATA, _DATA_LOCATION})
 _MAX_FIELD = 2**29 - 1
 
 
@@ -190,6 +192,7 @@ class _Scanner:
         self.buf = buf
         self.location = location
         self.threshold = threshold
+        self.filter = RawDataFilter(buf, threshold)
         self.converted: list[tuple[int, int]] = []
 
     @staticmethod
@@ -203,19 +206,26 @@ class _Scanner:
         else:
             pieces.append((start, stop))
 
-    def fields(self, spans, depth: int):
-        """Yield ``(start, number, wire, payload, stop)`` for every field of the spans."""
+    def fields(self, spans, depth: int, watch=()):
+        """Yield ``(start, number, wire, payload, stop)`` for every field of the spans.
+
+        A field whose number is not in ``watch`` may stand for a whole run of
+        fields with its tag (``stop`` is then the end of the run).
+        """
+        buf = self.buf
         for start, end in spans:
             pos = start
             while pos < end:
-                number, wire, payload, stop = skip_field(self.buf, pos, end, depth)
+                number, wire, payload, stop = skip_field(buf, pos, end, depth)
+                if number not in watch and wire != 3:
+                    stop = run_end(buf, pos, stop, end)
                 yield pos, number, wire, payload, stop
                 pos = stop
 
     def _merged(self, spans, depth: int, singular) -> dict[int, _Spans]:
         """Every occurrence of each singular message field (a first pass)."""
         merged: dict[int, _Spans] = {}
-        for _, number, wire, payload, stop in self.fields(spans, depth):
+        for _, number, wire, payload, stop in self.fields(spans, depth, singular):
             if number in singular and wire == 2:
                 merged.setdefault(number, _Spans()).add(payload, stop)
         return merged
@@ -232,7 +242,7 @@ class _Scanner:
         pieces: list = []
         changed = False
         seen: dict[int, bool] = {}  # singular field -> rewritten
-        for pos, number, wire, payload, stop in self.fields(spans, depth):
+        for pos, number, wire, payload, stop in self.fields(spans, depth, children):
             child = children.get(number) if wire == 2 else None
             if child is not None and number in seen:
                 if not seen[number]:
@@ -241,7 +251,7 @@ class _Scanner:
             if child is not None:
                 group = merged.get(number, [(payload, stop)])
                 sub = None
-                if sum(b - a for a, b in group) >= self.threshold:
+                if sum(b - a for a, b in group) >= self.threshold and self.filter.may_hold(group):
                     sub = self.message(child, group, depth + 1)
                 if number in merged:
                     seen[number] = sub is not None
@@ -259,7 +269,7 @@ class _Scanner:
         raw = None
         name = ""
         external = False
-        for pos, number, wire, payload, stop in self.fields(spans, depth):
+        for pos, number, wire, payload, stop in self.fields(spans, depth, _TENSOR_WATCH):
             if number == _RAW_DATA and wire == 2:
                 raw = (payload, stop)  # the last one wins, as in protobuf
                 continue
@@ -311,7 +321,9 @@ def scan_buffer(buf, location: str, threshold: int = 1024) -> tuple[bytes, list[
         ExternalDataError: a tensor is EXTERNAL and carries raw_data too.
     """
     scanner = _Scanner(buf, location, max(1, threshold))
-    pieces = scanner.message("model", [(0, len(buf))], 0)
+    pieces = None
+    if scanner.filter.may_hold([(0, len(buf))]):
+        pieces = scanner.message("model", [(0, len(buf))], 0)
     if pieces is None:
         return bytes(buf[:]), []
     return scanner.join(pieces), scanner.converted
