@@ -895,3 +895,120 @@ def test_sub_byte_types_keep_their_bytes(tmp_path, dtype):
     for name in ("m.onnx", "a.onnx", "b.onnx"):
         assert onnx.load(str(tmp_path / name)).graph.initializer[0].raw_data == raw
         assert onnxl.load(tmp_path / name).graph.initializer[0].raw_data == raw
+
+
+# -- found by a second attack on the mechanisms ------------------------------------------------
+
+
+def test_weights_equal_to_the_model_through_a_symlinked_folder(pair, tmp_path):
+    """``same -> .``: ``same/a.onnx`` is ``a.onnx``. Refused, never a hang or a lost file."""
+    path, tensors, before = pair
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(".", out / "same")
+    with pytest.raises(ValueError, match="cannot be the model file itself"):
+        _align(path, out / "a.onnx", "same/a.onnx")
+    with pytest.raises(ValueError, match="cannot be the model file itself"):
+        onnxl.save(onnxl.load(path), out / "a.onnx", "same/a.onnx")
+    os.symlink(".", path.parent / "same")
+    with pytest.raises(ValueError, match="cannot be the model file itself"):
+        _align(path, path, "same/m.onnx")
+    assert sorted(os.listdir(out)) == ["same"]
+    assert read_back(path) == tensors
+
+
+def test_commit_through_two_spellings_of_one_folder(pair, tmp_path):
+    """Weights in ``same/`` (a link to the model's folder): one lock, no deadlock."""
+    path, tensors, _ = pair
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(".", out / "same")
+    _align(path, out / "a.onnx", "same/w.data")  # two names of one folder: one lock
+    assert read_back(out / "a.onnx") == tensors
+    # a folder that is itself reached through a link is fine as a destination
+    link = tmp_path / "link"
+    os.symlink(out, link)
+    _align(path, link / "a.onnx", "a.data")
+    assert read_back(out / "a.onnx") == tensors
+
+
+@pytest.mark.parametrize("how", ["symlink", "hardlink"])
+def test_in_place_through_another_name_is_not_in_place(pair, how):
+    """``current.onnx -> m.onnx`` re-aligned "in place" must not break m.onnx."""
+    path, tensors, _ = pair
+    other = path.parent / "current.onnx"
+    if how == "symlink":
+        os.symlink("m.onnx", other)
+    else:
+        os.link(path, other)
+    before = folder_digest(path.parent) if how == "hardlink" else None
+    with pytest.raises(onnxl.ExternalDataError, match="would overwrite"):
+        _align(other, other, "m.onnx.data", alignment=4096)
+    assert read_back(path) == tensors
+    if before is not None:
+        assert folder_digest(path.parent) == before
+    with pytest.raises(onnxl.ExternalDataError, match="would overwrite"):
+        _align(other, other, "current.data")  # the .onnx entry reads m.onnx: refused too
+    if how == "hardlink":  # m.onnx itself has two names: not in place either
+        with pytest.raises(onnxl.ExternalDataError, match="would overwrite"):
+            _align(path, path, "m.onnx.data")
+    os.unlink(other)
+    _align(path, path, "m.onnx.data", alignment=4096)  # one name: in place
+    assert read_back(path) == tensors
+
+
+def test_unicode_digits_in_an_inline_offset(tmp_path, capsys):
+    """ "²" is a digit to str.isdigit(), not an integer: an error naming the tensor."""
+    model = _model(1, 3000)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    meta = onnx.load(str(path))
+    t = _ext_tensor("T", "m.onnx", "²", 16)
+    meta.graph.initializer.append(t)
+    onnx.save(meta, str(path))
+    with pytest.raises(onnxl.ExternalDataError, match="'T'.*not an integer"):
+        _align(path, tmp_path / "a.onnx", "a.data")
+    code, out, err = _cli(capsys, "verify", path)
+    assert code == 1 and "'T'" in out
+    code, out, err = _cli(capsys, "info", path)
+    assert code == 0, err
+
+
+def test_names_not_utf8_are_saved(tmp_path):
+    t = numpy_helper.from_array(np.arange(600, dtype=np.float32), "zz")
+    graph = helper.make_graph([], "gg", [], [], [t])
+    data = helper.make_model(graph).SerializeToString()
+    model = onnx.ModelProto()
+    model.ParseFromString(data.replace(b"zz", b"\xff\xfe").replace(b"gg", b"\xfe\xff"))
+    onnxl.save(model, tmp_path / "o.onnx", "o.data")
+    back = onnxl.load(tmp_path / "o.onnx")
+    assert back.graph.name == b"\xfe\xff" and back.graph.initializer[0].name == b"\xff\xfe"
+    assert back.graph.initializer[0].raw_data == t.raw_data
+
+
+def test_file_edited_with_its_mtime_set_back_is_noticed(tmp_path, monkeypatch):
+    folder = tmp_path / "src"
+    folder.mkdir()
+    model = _model(12, 2000)
+    save_two_file(model, folder / "m.onnx", per_tensor=True, size_threshold=0)
+    monkeypatch.setattr(_sources, "descriptor_budget", lambda: 4)
+    real = _targets.check_targets
+
+    def edit_then_check(*args, **kwargs):
+        victim = folder / "W0"
+        st = os.stat(victim)
+        with open(victim, "r+b") as f:
+            f.write(b"\xee" * 16)
+        os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime set back
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("onnx_light.onnx._align.check_targets", edit_then_check)
+    with pytest.raises(onnxl.ExternalDataError, match="'W0'.*changed since it was checked"):
+        _align(folder / "m.onnx", tmp_path / "b.onnx", "b.data")
+
+
+def test_destination_with_a_trailing_slash(pair, tmp_path):
+    path, _, _ = pair
+    with pytest.raises(IsADirectoryError, match="not a file name"):
+        _align(path, str(tmp_path / "a.onnx") + "/", "a.data")
+    assert not (tmp_path / "a.onnx").exists()

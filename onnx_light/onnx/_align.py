@@ -20,7 +20,7 @@ from ._layout import plan_layout
 from ._options import check_alignment, check_size_threshold
 from ._serialize import Spliced, serialize_pieces, strip_raw_data
 from ._sources import SourceFiles
-from ._targets import check_targets, destination_dir, weights_destination
+from ._targets import check_targets, destination_path, is_in_place, weights_destination
 from ._tensors import is_external, iter_tensors, tensor_nbytes
 from ._writer import Item, write_pieces, write_weights
 
@@ -83,15 +83,14 @@ def align_model(
     """
     _check_args(alignment, chunk_size, size_threshold, progress)
     src = os.path.abspath(os.fsdecode(src_onnx_path))
-    dst = os.path.abspath(os.fsdecode(dst_onnx_path))
-    destination_dir(dst)
+    dst = destination_path(dst_onnx_path)
     weights_path, location = weights_destination(dst, dst_weights_path)
     with SourceFiles() as files:
         model, items, inline, threshold = _plan(src, files, size_threshold)
         check_targets(
             [weights_path, dst],
             files,
-            in_place=_same_entry(src, dst),
+            in_place=is_in_place(src, dst),
             hint="give the new files other names, or pass the source .onnx as the "
             "destination to re-align it in place",
         )
@@ -154,10 +153,3 @@ def _moves(site, size: int, threshold: int | None) -> bool:
         return False
     check_movable(site)
     return True
-
-
-def _same_entry(a: str, b: str) -> bool:
-    """True when two paths name the same entry of the same folder (in place)."""
-    return os.path.basename(a) == os.path.basename(b) and os.path.realpath(
-        os.path.dirname(a)
-    ) == os.path.realpath(os.path.dirname(b))

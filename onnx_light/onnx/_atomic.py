@@ -110,7 +110,7 @@ class AtomicFiles:
             self.abort()
             raise
         pending, self._pending = self._pending, []
-        folders = sorted({os.path.dirname(final) for _, _, final in pending})
+        folders = _distinct_folders([os.path.dirname(final) for _, _, final in pending])
         done: list[tuple[str, str | None]] = []  # (final, where the old file is kept)
         with contextlib.ExitStack() as locks:
             for folder in folders:  # in a fixed order: two commits never deadlock
@@ -135,6 +135,20 @@ class AtomicFiles:
             with contextlib.suppress(OSError):
                 os.close(fd)
             _unlink(tmp)
+
+
+def _distinct_folders(folders: list[str]) -> list[str]:
+    """The folders, each once however spelled (two flocks on one folder would deadlock),
+    in a fixed order (two commits never deadlock either)."""
+    seen: dict[tuple[int, int], str] = {}
+    for folder in sorted(set(folders)):
+        try:
+            st = os.stat(folder)
+            key = (st.st_dev, st.st_ino)
+        except OSError:
+            key = (-1, len(seen))
+        seen.setdefault(key, folder)
+    return sorted(seen.values(), key=lambda f: os.path.realpath(f))
 
 
 def _swap_in(tmp: str, final: str) -> str | None:

@@ -97,7 +97,9 @@ class InlineSpans:
         if entries.get("location") != self.location:
             return False
         offset, length = entries.get("offset", "0"), entries.get("length", "")
-        if not (offset.isdigit() and length.isdigit()):
+        if not (offset.isascii() and offset.isdigit() and length.isascii() and length.isdigit()):
+            return False  # "²" is a digit to isdigit(), not to int()
+        if len(offset) > MAX_DIGITS or len(length) > MAX_DIGITS:
             return False
         return (int(offset), int(length)) in self.spans
 

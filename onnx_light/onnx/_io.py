@@ -14,7 +14,7 @@ from ._files import read_refs, read_whole
 from ._options import SerializeOptions, check_num_threads, check_options
 from ._plan import SavePlan
 from ._sources import SourceFiles
-from ._targets import destination_dir
+from ._targets import destination_path
 from ._tensors import is_external, iter_tensors
 from ._wire import scan_file
 
@@ -195,8 +195,7 @@ def save(
             :class:`SerializeOptions`.
     """
     options = check_options(options)
-    path = os.path.abspath(os.fsdecode(path))
-    destination_dir(path)
+    path = destination_path(path)
     with SourceFiles() as files:
         plan = SavePlan(model, path, location, options, files)
         if location is None and plan.inline_bytes > PROTOBUF_LIMIT:

@@ -95,17 +95,34 @@ def _encode_unknown(fields) -> bytes:
 
 
 def _copy_field(src, dst, fd) -> None:
-    """Copy one field of ``src`` into ``dst`` (C-level copies, no raw_data read elsewhere)."""
+    """Copy one field of ``src`` into ``dst`` (C-level copies, no raw_data read elsewhere).
+
+    A string that is not valid UTF-8 (protobuf hands it over as bytes) is
+    copied through the wire format, as protobuf itself reads it.
+    """
     name = fd.name
     if _is_repeated(fd):
         values = getattr(src, name)
-        if len(values):
+        if not len(values):
+            return
+        if fd.type == fd.TYPE_STRING and any(isinstance(v, bytes) for v in values):
+            tag = encode_varint(fd.number << 3 | 2)
+            dst.MergeFromString(b"".join(tag + _string_payload(v) for v in values))
+        else:
             getattr(dst, name).extend(values)
     elif src.HasField(name):
+        value = getattr(src, name)
         if fd.message_type is not None:
-            getattr(dst, name).CopyFrom(getattr(src, name))
+            getattr(dst, name).CopyFrom(value)
+        elif isinstance(value, bytes) and fd.type == fd.TYPE_STRING:
+            dst.MergeFromString(encode_varint(fd.number << 3 | 2) + _string_payload(value))
         else:
-            setattr(dst, name, getattr(src, name))
+            setattr(dst, name, value)
+
+
+def _string_payload(value: str | bytes) -> bytes:
+    data = value if isinstance(value, bytes) else value.encode("utf-8")
+    return encode_varint(len(data)) + data
 
 
 def _is_repeated(fd) -> bool:

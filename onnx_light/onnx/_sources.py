@@ -12,7 +12,7 @@ Descriptors are bounded (:func:`descriptor_budget`, well under
 ``RLIMIT_NOFILE``): a model with one file per tensor may have more files than
 a process may open. The least recently used descriptor is closed; a file
 reopened later must still be the same file (device, inode, size and
-modification time) or the call fails with :class:`ExternalDataError`.
+modification and status-change times) or the call fails with :class:`ExternalDataError`.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ class SourceFile:
         ino: inode number.
         size: size in bytes.
         mtime_ns: modification time.
+        ctime_ns: status change time (which, unlike the modification time,
+            no program can set back).
         label: what first referenced it, for messages (a tensor, or "model").
     """
 
@@ -65,6 +67,7 @@ class SourceFile:
     ino: int
     size: int
     mtime_ns: int
+    ctime_ns: int
     label: str
 
     @property
@@ -74,16 +77,17 @@ class SourceFile:
 
     def same_as(self, st: os.stat_result) -> bool:
         """True when ``st`` describes this file, unchanged."""
-        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == (
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == (
             self.dev,
             self.ino,
             self.size,
             self.mtime_ns,
+            self.ctime_ns,
         )
 
 
 def _source(path: str, st: os.stat_result, label: str) -> SourceFile:
-    return SourceFile(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, label)
+    return SourceFile(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, label)
 
 
 def _identity(path: str) -> tuple[int, int] | None:

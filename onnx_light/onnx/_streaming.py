@@ -11,7 +11,7 @@ from ._align import align_model
 from ._options import SerializeOptions, check_options
 from ._plan import SavePlan
 from ._sources import SourceFiles
-from ._targets import destination_dir
+from ._targets import destination_path
 
 
 def align_external_data_streaming(
@@ -130,8 +130,7 @@ def save_model_with_shared_external_data(
     opts = SerializeOptions(
         options.alignment, options.size_threshold, True, options.num_threads, options.base_dir
     )
-    path = os.path.abspath(os.fsdecode(dst_onnx_path))
-    destination_dir(path)
+    path = destination_path(dst_onnx_path)
     with SourceFiles() as files:
         plan = _SharedPlan(model, path, os.path.basename(path) + ".data", opts, files)
         return plan.write(mutate=True)

@@ -26,6 +26,22 @@ from ._external import check_location
 from ._sources import SourceFiles, is_inside
 
 
+def destination_path(path: str | os.PathLike) -> str:
+    """The absolute path of a destination file the caller names, its folder checked.
+
+    Raises:
+        IsADirectoryError: ``path`` ends with ``/`` or is an existing folder.
+        FileNotFoundError: the folder does not exist.
+        NotADirectoryError: it is not a folder.
+    """
+    path = os.fsdecode(path)
+    if path.endswith(("/", os.sep)):
+        raise IsADirectoryError(f"destination {path!r} ends with '/': not a file name")
+    path = os.path.abspath(path)
+    destination_dir(path)
+    return path
+
+
 def destination_dir(path: str) -> str:
     """The folder of the destination file ``path``, which must exist.
 
@@ -75,9 +91,9 @@ def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[st
             f"weights file {location!r} is {target!r}: it must lie inside the model's folder "
             f"{folder!r} (a relative location is relative to that folder)"
         )
-    if target == os.path.abspath(onnx_path):
-        raise ValueError(f"weights file {location!r} cannot be the model file itself")
     destination_dir(target)
+    if real_entry(target) == real_entry(onnx_path):  # the same name, spelled another way
+        raise ValueError(f"weights file {location!r} cannot be the model file itself")
     real_folder = os.path.realpath(folder)
     real_target = os.path.join(os.path.realpath(os.path.dirname(target)), os.path.basename(target))
     if not is_inside(real_target, real_folder):
@@ -98,6 +114,28 @@ def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[st
     except ExternalDataError as e:
         raise ValueError(f"{e}; choose another name") from None
     return target, recorded
+
+
+def real_entry(path: str) -> tuple[str, str]:
+    """``(resolved folder, name)``: the directory entry a path names, however spelled."""
+    path = os.path.abspath(os.fsdecode(path))
+    return os.path.realpath(os.path.dirname(path)), os.path.basename(path)
+
+
+def is_in_place(src: str, dst: str) -> bool:
+    """True when ``dst`` replaces the very model ``src`` names, and nothing else reads it.
+
+    The same directory entry, a regular file with a single link: a symlink
+    or a second hard link means another name still reads the old model (and
+    its data), which an in-place re-align would break.
+    """
+    if real_entry(src) != real_entry(dst):
+        return False
+    try:
+        st = os.lstat(dst)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
 
 
 def _identities(path: str) -> set[tuple[int, int]] | None:
