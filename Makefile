@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint doc bench bench-smoke fuzz clean
+.PHONY: install test lint doc bench bench-smoke fuzz realworld clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ bench-smoke: $(STAMP)
 
 fuzz: $(STAMP)
 	$(PY) -m pytest -q -m slow tests
+
+# a transformer exported by torch (installs the CPU wheel of torch, about 750 MB)
+realworld: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[dev,realworld]"
+	$(PY) -m pytest -q -m realworld tests
 
 clean:
 	rm -rf _doc/_build _doc/auto_examples _doc/sg_execution_times.rst build dist *.egg-info .pytest_cache .ruff_cache

@@ -50,13 +50,13 @@ def test_the_corpus_is_there():
     assert len(MODELS) >= 50, "onnx's backend test models were not found"
 
 
-def _layout(model: onnx.ModelProto, source: str, folder, layout: str):
+def _layout(model: onnx.ModelProto, source: str, folder, layout: str, threshold: int = 0):
     folder.mkdir()
     path = folder / "m.onnx"
     if layout == "single":
         shutil.copy(source, path)
     else:
-        save_two_file(model, path, size_threshold=0, per_tensor=layout == "per-tensor")
+        save_two_file(model, path, size_threshold=threshold, per_tensor=layout == "per-tensor")
     return path
 
 
@@ -121,3 +121,109 @@ def test_onnxruntime_compared_most_models():
     if not COMPARED:
         pytest.skip("the corpus was deselected")
     assert len(COMPARED) >= 40, len(COMPARED)  # 41 of the 59 with inputs, onnxruntime 1.32
+
+
+# -- scikit-learn models converted by skl2onnx ----------------------------------------------
+
+
+def _sklearn_models():
+    pytest.importorskip("skl2onnx")
+    from skl2onnx import to_onnx
+    from sklearn.datasets import make_classification
+    from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+
+    x, y = make_classification(400, 20, n_informative=8, random_state=0)
+    x = x.astype(np.float32)
+    estimators = {
+        "forest": RandomForestClassifier(40, max_depth=10, random_state=0),
+        "boosting": GradientBoostingClassifier(n_estimators=30, random_state=0),
+        "logistic": LogisticRegression(max_iter=500),
+        "mlp": MLPClassifier((256, 128), max_iter=50, random_state=0),
+    }
+    out = {}
+    for name, est in estimators.items():
+        est.fit(x, y)
+        out[name] = to_onnx(est, x[:1], options={"zipmap": False})
+    return out, x[:16]
+
+
+@pytest.fixture(scope="module")
+def sklearn_models():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _sklearn_models()
+
+
+@pytest.mark.parametrize("name", ["forest", "boosting", "logistic", "mlp"])
+def test_skl2onnx_model(sklearn_models, tmp_path, name):
+    """Single-file conversions: scanned like onnx parses them, re-aligned, same predictions."""
+    ort = pytest.importorskip("onnxruntime")
+    models, x = sklearn_models
+    model = models[name]
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    meta = onnxl.load(path, load_external_data=False, skip_raw_data=True)
+    parsed = onnx.load(str(path))
+    assert len(meta.graph.node) == len(parsed.graph.node)
+    for ours, theirs in zip(meta.graph.node, parsed.graph.node, strict=True):
+        assert ours.SerializeToString() == theirs.SerializeToString()  # attributes intact
+    onnxl.align_external_data_streaming(path, tmp_path / "a.onnx", "a.data")
+    assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
+    onnx.checker.check_model(str(tmp_path / "a.onnx"))
+    feeds = {"X": x}
+    before = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    sess = ort.InferenceSession(str(tmp_path / "a.onnx"), providers=["CPUExecutionProvider"])
+    for a, b in zip(before, sess.run(None, feeds), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+# -- a transformer exported by torch (make realworld) -------------------------------------------
+
+
+@pytest.mark.realworld
+def test_torch_transformer_export(tmp_path):
+    """A small transformer with random weights, exported by torch, in the layouts people use."""
+    torch = pytest.importorskip("torch")
+    ort = pytest.importorskip("onnxruntime")
+    import warnings
+
+    torch.manual_seed(0)
+
+    class Tiny(torch.nn.Module):
+        def __init__(self, vocab=1000, d=256, layers=2):
+            super().__init__()
+            self.emb = torch.nn.Embedding(vocab, d)
+            layer = torch.nn.TransformerEncoderLayer(d, 4, 4 * d, batch_first=True, dropout=0.0)
+            self.enc = torch.nn.TransformerEncoder(layer, layers)
+            self.head = torch.nn.Linear(d, vocab)
+
+        def forward(self, ids):
+            return self.head(self.enc(self.emb(ids)))
+
+    net = Tiny().eval()
+    ids = torch.randint(0, 1000, (1, 16))
+    exported = tmp_path / "exported.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (ids,), str(exported), dynamo=False, input_names=["ids"])
+    model = onnx.load(str(exported))
+    feeds = {"ids": ids.numpy()}
+    reference = ort.InferenceSession(str(exported), providers=["CPUExecutionProvider"])
+    expected = reference.run(None, feeds)[0]
+    with torch.no_grad():
+        np.testing.assert_allclose(expected, net(ids).numpy(), rtol=1e-4, atol=1e-4)
+    for layout in LAYOUTS:
+        # onnx.save's threshold: onnxruntime reads shapes from the small tensors inline
+        path = _layout(model, str(exported), tmp_path / layout, layout, threshold=1024)
+        out = tmp_path / f"out-{layout}"
+        out.mkdir()
+        onnxl.align_external_data_streaming(path, out / "a.onnx", "a.data", 65536)
+        assert read_back(out / "a.onnx") == tensor_bytes(model)
+        onnx.checker.check_model(str(out / "a.onnx"))
+        got = ort.InferenceSession(str(out / "a.onnx"), providers=["CPUExecutionProvider"])
+        np.testing.assert_array_equal(got.run(None, feeds)[0], expected)
+        assert tensor_bytes(onnxl.load(out / "a.onnx")) == tensor_bytes(model)

@@ -78,3 +78,83 @@ def plan_layout(
             f"the weights file would hold {end} bytes, more than any file can (2**63 - 1)"
         )
     return Layout(offsets, end, unique)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One weights file of a sharded layout.
+
+    Attributes:
+        items: indices (in the input order) of the tensors stored in it.
+        layout: their offsets in this file (in the order of ``items``).
+    """
+
+    items: list[int]
+    layout: Layout
+
+
+def plan_shards(
+    sizes: Sequence[int],
+    alignment: int,
+    keys: Sequence[Hashable | None] | None = None,
+    max_shard_size: int | None = None,
+) -> list[Shard]:
+    """Split tensors into weights files of at most ``max_shard_size`` bytes each.
+
+    Tensors stay in the walker's order, each whole in one file, at aligned
+    offsets (:func:`plan_layout` within each file). A file is closed when the
+    next tensor would end past the limit; a tensor larger than the limit is
+    alone in its file. Tensors sharing a key share the copy of the first.
+
+    Args:
+        sizes: byte size of each tensor.
+        alignment: a power of two (1 means dense).
+        keys: optional sharing keys.
+        max_shard_size: the limit in bytes; None: one file.
+
+    Returns:
+        The shards, at least one (empty when there is no tensor).
+    """
+    keys = list(keys) if keys is not None else [None] * len(sizes)
+    if max_shard_size is None:
+        return [Shard(list(range(len(sizes))), plan_layout(sizes, alignment, keys))]
+    groups: list[list[int]] = [[]]
+    home: dict[Hashable, int] = {}
+    end = 0
+    for i, size in enumerate(sizes):
+        key = keys[i]
+        if key is not None and key in home:
+            groups[home[key]].append(i)  # shares the bytes of an earlier tensor
+            continue
+        offset = align_up(end, alignment)
+        if offset + size > max_shard_size and groups[-1]:
+            groups.append([])
+            offset = 0
+        groups[-1].append(i)
+        if key is not None:
+            home[key] = len(groups) - 1
+        end = offset + size
+    return [
+        Shard(g, plan_layout([sizes[i] for i in g], alignment, [keys[i] for i in g]))
+        for g in groups
+    ]
+
+
+def shard_name(location: str, index: int, count: int) -> str:
+    """The name of shard ``index`` (from 0) of ``count``, as onnx-ir names them.
+
+    ``model.onnx.data`` becomes ``model-00001-of-00003.onnx.data``: the marker
+    goes before the chain of extensions. One shard keeps the name as it is.
+    """
+    if count == 1:
+        return location
+    folder, name = location.rsplit("/", 1) if "/" in location else ("", location)
+    suffixes = []
+    while "." in name[1:]:
+        stem, ext = name.rsplit(".", 1)
+        if not (ext[:1].isalpha() and all(c.isalnum() or c == "_" for c in ext) and ext.isascii()):
+            break
+        suffixes.append("." + ext)
+        name = stem
+    marked = f"{name}-{index + 1:05d}-of-{count:05d}{''.join(reversed(suffixes))}"
+    return f"{folder}/{marked}" if folder else marked
