@@ -80,6 +80,7 @@ def cmd_align(args: argparse.Namespace) -> int:
             args.chunk_size,
             size_threshold=args.size_threshold,
             progress=progress,
+            max_shard_size=args.max_shard_size,
         )
     finally:
         if progress is not None:
@@ -104,9 +105,12 @@ def _align_summary(args: argparse.Namespace, result: AlignResult, elapsed: float
             f"{note}no tensor{limit} to move: wrote {_printable(args.dst)} alone, "
             f"no weights file, in {elapsed:.2f} s"
         )
+    where = _printable(result.weights_paths[0])
+    if len(result.weights_paths) > 1:
+        where = f"{len(result.weights_paths)} shards ({where}, ...)"
     return (
         f"{note}wrote {result.size} bytes ({human(result.size)}) for {result.moved} tensors "
-        f"to {_printable(result.weights_path)} aligned to {args.alignment} in {elapsed:.2f} s"
+        f"to {where} aligned to {args.alignment} in {elapsed:.2f} s"
     )
 
 
@@ -269,6 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="BYTES",
         help="also move inline tensors of at least BYTES into the weights file",
+    )
+    p.add_argument(
+        "--max-shard-size",
+        type=_chunk,
+        default=None,
+        metavar="BYTES",
+        help="split the weights into files of at most BYTES each, e.g. 2G, named as onnx-ir "
+        "names them (model-00001-of-00003.onnx.data); a larger tensor is alone in its file",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
     p.set_defaults(func=cmd_align)

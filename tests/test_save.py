@@ -17,7 +17,7 @@ from conftest import (
 )
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx import _io, _plan
+from onnx_light.onnx import _io, _shards
 
 
 def _opts(**kw):
@@ -186,7 +186,7 @@ def test_failure_leaves_nothing_and_keeps_existing_files(tmp_path, every_kind, m
     def boom(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(_plan, "write_weights", boom)
+    monkeypatch.setattr(_shards, "write_weights", boom)
     with pytest.raises(OSError, match="No space"):
         onnxl.save(every_kind, tmp_path / "m.onnx", "w.data")
     assert folder_digest(tmp_path) == digest

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from ._atomic import AtomicFiles, folder_lock
 from ._external import Resolver, check_movable, external_entries, read_entries, set_external
 from ._io import scan_model
-from ._layout import plan_layout
-from ._options import check_alignment, check_size_threshold
+from ._options import check_alignment, check_max_shard_size, check_size_threshold
 from ._serialize import Spliced, serialize_pieces, strip_raw_data
+from ._shards import WeightsFiles
 from ._sources import SourceFiles
 from ._targets import check_targets, destination_path, is_in_place, weights_destination
 from ._tensors import is_external, iter_tensors, tensor_nbytes
-from ._writer import Item, write_pieces, write_weights
+from ._writer import Item, write_pieces
 
 SINGLE_FILE_THRESHOLD = 1024  # onnx.save's own size_threshold
 MAX_CHUNK_SIZE = 2**30  # the kernel moves at most ~2 GiB per call anyway
@@ -56,14 +56,15 @@ class AlignResult:
         inline: tensors left inline in the ``.onnx``.
         threshold: the size threshold applied to inline tensors (None: they
             all stayed inline).
-        weights_path: the weights file.
+        weights_paths: the weights files written (several when sharded,
+            none when no tensor moved).
     """
 
     size: int
     moved: int
     inline: int
     threshold: int | None
-    weights_path: str
+    weights_paths: list[str]
 
 
 def align_model(
@@ -75,6 +76,7 @@ def align_model(
     *,
     size_threshold: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    max_shard_size: int | None = None,
 ) -> AlignResult:
     """Re-align ``src_onnx_path``: see :func:`align_external_data_streaming`.
 
@@ -82,33 +84,30 @@ def align_model(
         An :class:`AlignResult`.
     """
     _check_args(alignment, chunk_size, size_threshold, progress)
+    check_max_shard_size(max_shard_size)
     src = os.path.abspath(os.fsdecode(src_onnx_path))
     dst = destination_path(dst_onnx_path)
-    weights_path, location = weights_destination(dst, dst_weights_path)
+    weights_destination(dst, dst_weights_path)  # a bad name fails before any reading
     with SourceFiles() as files:
         model, items, inline, threshold = _plan(src, files, size_threshold)
+        weights = WeightsFiles(items, alignment, dst, dst_weights_path, max_shard_size)
         check_targets(
-            [weights_path, dst],
+            [*weights.paths, dst],
             files,
             in_place=is_in_place(src, dst),
             hint="give the new files other names, or pass the source .onnx as the "
             "destination to re-align it in place",
         )
-        layout = plan_layout([it.size for it in items], alignment, [it.key for it in items])
         with AtomicFiles() as out:
-            total = 0
-            if items:
-                fd = out.create(weights_path)
-                total = write_weights(fd, items, layout, files, 1, chunk_size, progress)
-            elif progress is not None:
-                progress(0, 0)
-            for item, offset in zip(items, layout.offsets, strict=False):
+            total = weights.write(out, files, 1, chunk_size, progress)
+            for item, (location, offset) in zip(items, weights.placement, strict=True):
                 pairs = external_entries(location, offset, item.size, item.entries)
                 set_external(item.site.tensor, pairs)
             subs = {ref.site.path: Spliced(strip_raw_data(ref.site.tensor), ref) for ref in inline}
             write_pieces(out.create(dst), serialize_pieces(model, subs), files, chunk_size)
             out.commit()
-    return AlignResult(total, len(items), len(inline), threshold, weights_path)
+    paths = weights.paths if items else []
+    return AlignResult(total, len(items), len(inline), threshold, paths)
 
 
 def _plan(src: str, files: SourceFiles, size_threshold: int | None):

@@ -69,6 +69,19 @@ def check_size_threshold(value: object) -> int:
     return value
 
 
+def check_max_shard_size(value: object) -> int | None:
+    """Validate a shard size limit: None, or an int >= 1 (bytes).
+
+    Raises:
+        ValueError: anything else.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_shard_size must be None or an int >= 1 (bytes), got {value!r}")
+    return value
+
+
 def check_options(options: object) -> SerializeOptions:
     """The options to use: ``options`` itself, or the defaults when it is None.
 
@@ -96,6 +109,9 @@ class SerializeOptions:
         num_threads: parallel writers; ``None`` picks a number automatically
             (one per destination file: 1, since buffered writes to one file do
             not go faster with more threads).
+        max_shard_size: split the weights file into shards of at most this
+            many bytes, named as onnx-ir names them
+            (``model-00001-of-00003.onnx.data``); None (default): one file.
         base_dir: where external references are read from when
             ``use_external_data_location`` is False: the folder the model was
             loaded from, or the ``.onnx`` file itself (then, as in ``load``,
@@ -114,6 +130,7 @@ class SerializeOptions:
         "use_external_data_location",
         "_num_threads",
         "base_dir",
+        "_max_shard_size",
     )
 
     def __init__(
@@ -123,12 +140,14 @@ class SerializeOptions:
         use_external_data_location: bool = True,
         num_threads: int | None = None,
         base_dir: str | os.PathLike | None = None,
+        max_shard_size: int | None = None,
     ) -> None:
         self.alignment = alignment
         self.size_threshold = size_threshold
         self.use_external_data_location = bool(use_external_data_location)
         self.num_threads = num_threads
         self.base_dir = base_dir
+        self.max_shard_size = max_shard_size
 
     @property
     def alignment(self) -> int:
@@ -157,9 +176,22 @@ class SerializeOptions:
             check_num_threads(value)
         self._num_threads = value
 
+    @property
+    def max_shard_size(self) -> int | None:
+        return self._max_shard_size
+
+    @max_shard_size.setter
+    def max_shard_size(self, value: int | None) -> None:
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(f"max_shard_size must be None or an int >= 1 (bytes), got {value!r}")
+        self._max_shard_size = value
+
     def __repr__(self) -> str:
         return (
             f"SerializeOptions(alignment={self.alignment}, size_threshold={self.size_threshold}, "
             f"use_external_data_location={self.use_external_data_location}, "
-            f"num_threads={self.num_threads}, base_dir={self.base_dir!r})"
+            f"num_threads={self.num_threads}, base_dir={self.base_dir!r}, "
+            f"max_shard_size={self.max_shard_size})"
         )

@@ -14,13 +14,13 @@ import onnx
 from ._atomic import AtomicFiles
 from ._errors import ExternalDataError
 from ._external import Resolver, check_movable, external_entries, set_external
-from ._layout import Layout, plan_layout
 from ._options import SerializeOptions, check_alignment, check_num_threads
 from ._serialize import Spliced, serialize_pieces, strip_raw_data
+from ._shards import WeightsFiles
 from ._sources import SourceFiles
 from ._targets import check_targets, weights_destination
 from ._tensors import is_external, iter_tensors, tensor_nbytes
-from ._writer import Item, write_pieces, write_weights
+from ._writer import Item, write_pieces
 
 
 class SavePlan:
@@ -60,9 +60,9 @@ class SavePlan:
         self.files = files
         self.alignment = check_alignment(options.alignment)
         self.threads = check_num_threads(options.num_threads)
-        self.weights_path = self.location = None
+        self.location = location
         if location is not None:
-            self.weights_path, self.location = weights_destination(path, location)
+            weights_destination(path, location)  # a bad name fails before anything else
         folder = os.path.dirname(path)
         keep = Resolver(folder, files)
         base = _base_resolver(options.base_dir, folder, files)
@@ -92,18 +92,22 @@ class SavePlan:
                 self.items.append(Item(site, size))
             else:
                 self.inline_bytes += size
-        self.layout: Layout = plan_layout(
-            [it.size for it in self.items], self.alignment, [it.key for it in self.items]
-        )
-        targets = [p for p in (path, self.weights_path) if p]
+        self.weights = None
+        targets = [path]
+        if location is not None:
+            self.weights = WeightsFiles(
+                self.items, self.alignment, path, location, options.max_shard_size
+            )
+            targets += self.weights.paths
         check_targets(targets, files, hint=self.overwrite_hint)
 
     def substitutions(self) -> dict:
         """The tensors to serialize in place of the model's own, by path."""
         subs = {}
-        for item, offset in zip(self.items, self.layout.offsets, strict=False):
+        placement = self.weights.placement if self.weights is not None else []
+        for item, (location, offset) in zip(self.items, placement, strict=True):
             sub = strip_raw_data(item.site.tensor)
-            set_external(sub, external_entries(self.location, offset, item.size, item.entries))
+            set_external(sub, external_entries(location, offset, item.size, item.entries))
             subs[item.site.path] = sub
         for ref in self.inline_refs:  # copied file to file into the .onnx, never read
             subs[ref.site.path] = Spliced(strip_raw_data(ref.site.tensor), ref)
@@ -121,18 +125,17 @@ class SavePlan:
         """
         size = 0
         with AtomicFiles() as files:
-            if self.items:
-                fd = files.create(self.weights_path)
-                size = write_weights(fd, self.items, self.layout, self.files, self.threads)
+            if self.weights is not None:
+                size = self.weights.write(files, self.files, self.threads)
             try:
                 pieces = serialize_pieces(self.model, self.substitutions())
             except ValueError as e:  # e.g. a message protobuf cannot encode
                 raise ValueError(f"cannot serialize the model for {self.path!r}: {e}") from None
             write_pieces(files.create(self.path), pieces, self.files)
             files.commit()
-        if mutate:
-            for item, offset in zip(self.items, self.layout.offsets, strict=False):
-                pairs = external_entries(self.location, offset, item.size, item.entries)
+        if mutate and self.weights is not None:
+            for item, (location, offset) in zip(self.items, self.weights.placement, strict=True):
+                pairs = external_entries(location, offset, item.size, item.entries)
                 set_external(item.site.tensor, pairs)
         return size
 

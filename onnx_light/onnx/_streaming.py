@@ -23,6 +23,7 @@ def align_external_data_streaming(
     *,
     size_threshold: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    max_shard_size: int | None = None,
 ) -> int:
     """Rewrite a model with every external tensor at an aligned offset, streaming its bytes.
 
@@ -57,15 +58,21 @@ def align_external_data_streaming(
             source without external data (see above).
         progress: ``progress(done_bytes, total_bytes)``, called at least once
             per ``chunk_size`` copied and last with ``done == total``.
+        max_shard_size: split the weights into files of at most this many
+            bytes, named as onnx-ir names its shards
+            (``model-00001-of-00003.onnx.data`` for ``model.onnx.data``), each
+            tensor whole in one file, aligned within it; a tensor larger than
+            the limit is alone in its file. The shards and the ``.onnx`` are
+            committed together. None (default): one file.
 
     Returns:
-        The number of bytes of the destination weights file, padding included
-        (0 when no tensor went there and the file was not written).
+        The number of bytes of the destination weights files, padding included
+        (0 when no tensor went there and no file was written).
 
     Raises:
         ValueError: bad ``alignment`` (a power of two up to 1 GiB), ``chunk_size``
-            (1 byte to 1 GiB) or ``size_threshold``, or a weights path outside
-            the destination folder.
+            (1 byte to 1 GiB), ``size_threshold`` or ``max_shard_size``, or a
+            weights path outside the destination folder.
         TypeError: ``progress`` is not callable.
         FileNotFoundError: the source model or a data file is missing (the
             message names the tensor and the path).
@@ -73,6 +80,9 @@ def align_external_data_streaming(
         OSError: disk full or I/O error; nothing is left under the destination names.
 
     .. versionadded:: 0.1
+    .. versionchanged:: 0.2
+        ``max_shard_size``; a single-file source gets external data without
+        ``size_threshold``; inline weights that stay inline are copied file to file.
     """
     return align_model(
         src_onnx_path,
@@ -82,6 +92,7 @@ def align_external_data_streaming(
         chunk_size,
         size_threshold=size_threshold,
         progress=progress,
+        max_shard_size=max_shard_size,
     ).size
 
 
@@ -128,7 +139,12 @@ def save_model_with_shared_external_data(
     """
     options = check_options(options)
     opts = SerializeOptions(
-        options.alignment, options.size_threshold, True, options.num_threads, options.base_dir
+        options.alignment,
+        options.size_threshold,
+        True,
+        options.num_threads,
+        options.base_dir,
+        options.max_shard_size,
     )
     path = destination_path(dst_onnx_path)
     with SourceFiles() as files:

@@ -1,0 +1,103 @@
+"""The weights files of one save: one file, or shards of at most ``max_shard_size`` bytes.
+
+Sharding follows onnx-ir's naming (``model.onnx.data`` becomes
+``model-00001-of-00003.onnx.data``): each tensor lies whole in one shard, at an
+aligned offset of it, in the walker's order; a tensor larger than the limit is
+alone in its shard. Every shard is a temporary file until the commit, which
+replaces all of them and the ``.onnx`` together (never a mix of old and new
+shards).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from ._atomic import AtomicFiles
+from ._layout import plan_shards, shard_name
+from ._sources import SourceFiles
+from ._targets import weights_destination
+from ._writer import Item, write_weights
+
+
+class WeightsFiles:
+    """Where every item goes: which file, at which offset.
+
+    Args:
+        items: the tensors to write, in the walker's order.
+        alignment: offsets are multiples of it, in each file.
+        onnx_path: the destination ``.onnx``.
+        location: the weights file as the caller named it (the name of the
+            first shard is derived from it).
+        max_shard_size: the limit of one file in bytes; None: one file.
+
+    Raises:
+        ValueError: a shard's name cannot be written (see ``weights_destination``).
+    """
+
+    def __init__(
+        self,
+        items: list[Item],
+        alignment: int,
+        onnx_path: str,
+        location: str | os.PathLike,
+        max_shard_size: int | None = None,
+    ) -> None:
+        self.items = items
+        base_path, base = weights_destination(onnx_path, location)
+        self.shards = plan_shards(
+            [it.size for it in items], alignment, [it.key for it in items], max_shard_size
+        )
+        count = len(self.shards)
+        self.locations = [shard_name(base, i, count) for i in range(count)]
+        self.paths = [base_path] if count == 1 else []
+        if count > 1:
+            self.paths = [weights_destination(onnx_path, loc)[0] for loc in self.locations]
+        self.placement: list[tuple[str, int]] = [("", 0)] * len(items)
+        for shard, loc in zip(self.shards, self.locations, strict=True):
+            for i, offset in zip(shard.items, shard.layout.offsets, strict=True):
+                self.placement[i] = (loc, offset)
+
+    @property
+    def total(self) -> int:
+        """Bytes of every file together, padding included."""
+        return sum(shard.layout.total for shard in self.shards)
+
+    def write(
+        self,
+        out: AtomicFiles,
+        files: SourceFiles,
+        threads: int,
+        chunk_size: int = 4 * 1024 * 1024,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Write every file (as temporary files of ``out``); none when there is no item.
+
+        Returns:
+            The bytes written, padding included.
+        """
+        if not self.items:
+            if progress is not None:
+                progress(0, 0)
+            return 0
+        unique = [self.items[s.items[k]].size for s in self.shards for k in s.layout.unique]
+        whole, before = sum(unique), 0
+        size = 0
+        for shard, path in zip(self.shards, self.paths, strict=True):
+            members = [self.items[i] for i in shard.items]
+            part = None
+            if progress is not None:
+                part = _shifted(progress, before, whole)
+            fd = out.create(path)
+            size += write_weights(fd, members, shard.layout, files, threads, chunk_size, part)
+            before += sum(members[k].size for k in shard.layout.unique)
+        return size
+
+
+def _shifted(progress: Callable[[int, int], None], before: int, whole: int):
+    """``progress`` of one file, reported as progress of all of them."""
+
+    def report(done: int, total: int) -> None:
+        progress(before + done, whole)
+
+    return report

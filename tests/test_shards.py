@@ -1,0 +1,172 @@
+"""Sharded weights (issue 10): files of at most ``max_shard_size`` bytes, named as onnx-ir
+names them, committed together, loadable by onnx, onnx-ir and onnxruntime."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import numpy as np
+import onnx
+import pytest
+from conftest import (
+    external_offsets,
+    folder_digest,
+    read_back,
+    run_ort,
+    save_two_file,
+    tensor_bytes,
+)
+from onnx import helper, numpy_helper
+
+import onnx_light.onnx as onnxl
+from onnx_light.cli import main
+from onnx_light.onnx import _atomic
+from onnx_light.onnx._layout import shard_name
+
+KiB = 1024
+
+
+def _model(sizes=(3000, 3000, 10000, 3000, 500, 3000)) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.integers(0, 255, n, dtype=np.uint8), f"W{i}")
+        for i, n in enumerate(sizes)
+    ]
+    return helper.make_model(helper.make_graph([], "g", [], [], inits))
+
+
+def _shards(path) -> dict[str, list[tuple[int, int]]]:
+    out: dict[str, list[tuple[int, int]]] = {}
+    for location, offset, length in external_offsets(path):
+        out.setdefault(location, []).append((offset, length))
+    return out
+
+
+def _check(path, limit: int, alignment: int) -> dict:
+    shards = _shards(path)
+    folder = os.path.dirname(path)
+    for location, spans in shards.items():
+        size = os.path.getsize(os.path.join(folder, location))
+        assert size == max(o + n for o, n in spans)
+        assert size <= limit or len(spans) == 1, "only a tensor over the limit exceeds it"
+        assert all(o % alignment == 0 for o, _ in spans)
+    return shards
+
+
+def test_align_into_shards(tmp_path):
+    model = _model()
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+    onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", tmp_path / "a.onnx", "a.onnx.data", 64, max_shard_size=8 * KiB
+    )
+    shards = _check(tmp_path / "a.onnx", 8 * KiB, 64)
+    # W0 + W1 | W2 (10000 bytes, over the limit: alone) | W3 + W4 + W5
+    names = [shard_name("a.onnx.data", i, 3) for i in range(3)]
+    assert sorted(shards) == names and names[0] == "a-00001-of-00003.onnx.data"
+    assert [len(shards[n]) for n in names] == [2, 1, 3]
+    assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
+    assert tensor_bytes(onnxl.load(tmp_path / "a.onnx")) == tensor_bytes(model)
+
+
+def test_shard_names_are_onnx_irs(tmp_path):
+    ir = pytest.importorskip("onnx_ir")
+    from onnx_ir._shard_filename import get_shard_filename
+
+    for location in ("model.onnx.data", "sub/w.bin", "weights", "model.onnx_data"):
+        assert shard_name(location, 1, 3) == get_shard_filename(location, 2, 3)
+    model = _model()
+    onnxl.save(
+        model,
+        tmp_path / "s.onnx",
+        "s.onnx.data",
+        options=onnxl.SerializeOptions(alignment=4096, size_threshold=0, max_shard_size=10 * KiB),
+    )
+    loaded = ir.load(str(tmp_path / "s.onnx"))  # onnx-ir reads our shards
+    for init in loaded.graph.initializers.values():
+        got = init.const_value.numpy().tobytes()
+        assert got == tensor_bytes(model)[f"graph.initializer[{int(init.name[1:])}]"]
+    assert onnx.load(str(tmp_path / "s.onnx")) is not None
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_save_and_shared_save_into_shards(tmp_path, runnable, threads):
+    opts = onnxl.SerializeOptions(alignment=4096, max_shard_size=64 * KiB, num_threads=threads)
+    onnxl.save(runnable, tmp_path / "m.onnx", "m.onnx.data", options=opts)
+    shards = _check(tmp_path / "m.onnx", 64 * KiB, 4096)
+    assert len(shards) > 1
+    assert read_back(tmp_path / "m.onnx") == tensor_bytes(runnable)
+    expected = run_ort(tmp_path / "m.onnx")
+    variant = onnxl.load(tmp_path / "m.onnx", load_external_data=False)
+    new = numpy_helper.from_array(np.ones((256, 256), np.float32), "W0")
+    variant.graph.initializer[0].CopyFrom(new)
+    opts.max_shard_size = 100 * KiB
+    onnxl.save_model_with_shared_external_data(variant, tmp_path / "v.onnx", opts)
+    assert _shards(tmp_path / "v.onnx").keys() >= shards.keys() - {
+        shard_name("m.onnx.data", 0, len(shards))
+    }
+    got = run_ort(tmp_path / "v.onnx")
+    assert got[0].shape == expected[0].shape
+
+
+def test_cli_max_shard_size(tmp_path, capsys):
+    model = _model()
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+    code = main(
+        ["align", str(tmp_path / "m.onnx"), str(tmp_path / "a.onnx"), "--max-shard-size", "8K"]
+        + ["--alignment", "64"]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "3 shards" in out and "a-00001-of-00003.onnx.data" in out
+    assert main(["info", str(tmp_path / "a.onnx")]) == 0
+    info = capsys.readouterr().out
+    assert all(shard_name("a.onnx.data", i, 3) in info for i in range(3))  # per shard
+    assert main(["verify", str(tmp_path / "a.onnx")]) == 0
+
+
+def test_shards_committed_together(tmp_path, monkeypatch):
+    """A failure at the last rename: no new shard stays, the old files are as they were."""
+    model = _model()
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+    onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", tmp_path / "a.onnx", "a.onnx.data", 64, max_shard_size=8 * KiB
+    )
+    before = folder_digest(tmp_path)
+    real = os.replace
+
+    def refuse_onnx(a, b, *args, **kwargs):
+        if str(b).endswith("a.onnx"):
+            raise OSError(errno.EBUSY, "busy", str(b))
+        return real(a, b, *args, **kwargs)
+
+    monkeypatch.setattr(_atomic, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(os, "replace", refuse_onnx)
+    with pytest.raises(OSError, match="busy"):
+        onnxl.align_external_data_streaming(
+            tmp_path / "m.onnx", tmp_path / "a.onnx", "a.onnx.data", 4096, max_shard_size=6 * KiB
+        )
+    assert folder_digest(tmp_path) == before
+
+
+def test_another_shard_count_leaves_no_reference_to_old_shards(tmp_path):
+    model = _model()
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+    for limit in (8 * KiB, 16 * KiB, None):
+        onnxl.align_external_data_streaming(
+            tmp_path / "m.onnx", tmp_path / "a.onnx", "a.onnx.data", 64, max_shard_size=limit
+        )
+        assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
+    assert set(_shards(tmp_path / "a.onnx")) == {"a.onnx.data"}
+
+
+def test_bad_max_shard_size(tmp_path):
+    save_two_file(_model(), tmp_path / "m.onnx", size_threshold=0)
+    for bad in (0, -1, 1.5, True, "1G"):
+        with pytest.raises(ValueError, match="max_shard_size"):
+            onnxl.align_external_data_streaming(
+                tmp_path / "m.onnx", tmp_path / "a.onnx", "a.data", max_shard_size=bad
+            )
+        with pytest.raises(ValueError, match="max_shard_size"):
+            onnxl.SerializeOptions(max_shard_size=bad)
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "m.onnx.data"]
