@@ -44,21 +44,19 @@ def copyfile(p: Paths, out: str) -> Case:
     return Case(lambda: shutil.copyfile(p.two_data, dst), [dst])
 
 
-def align(p: Paths, out: str) -> Case:
-    """onnx-light: streaming re-alignment to 4096, weights never loaded."""
+def _light_align(src: str, out: str) -> Case:
     dst = os.path.join(out, MODEL)
     return Case(
-        lambda: onnxl.align_external_data_streaming(p.two, dst, DATA, ALIGNMENT),
+        lambda: onnxl.align_external_data_streaming(src, dst, DATA, ALIGNMENT),
         [dst, os.path.join(out, DATA)],
     )
 
 
-def ir_align(p: Paths, out: str) -> Case:
-    """onnx-ir: ``ir.load`` + ``ir.save(alignment=4096)``, the same layout as ``align``."""
+def _ir_align(src: str, out: str) -> Case:
     dst = os.path.join(out, MODEL)
 
     def run():
-        model = ir.load(p.two)
+        model = ir.load(src)
         ir.save(
             model,
             dst,
@@ -69,6 +67,16 @@ def ir_align(p: Paths, out: str) -> Case:
         )
 
     return Case(run, [dst, os.path.join(out, DATA)])
+
+
+def align(p: Paths, out: str) -> Case:
+    """onnx-light: streaming re-alignment to 4096, weights never loaded."""
+    return _light_align(p.two, out)
+
+
+def ir_align(p: Paths, out: str) -> Case:
+    """onnx-ir: ``ir.load`` + ``ir.save(alignment=4096)``, the same layout as ``align``."""
+    return _ir_align(p.two, out)
 
 
 def onnx_loadsave(p: Paths, out: str) -> Case:
@@ -170,29 +178,12 @@ def onnx_load_forest(p: Paths, out: str) -> Case:
 
 def align_single(p: Paths, out: str) -> Case:
     """onnx-light: re-align the single-file model (its inline weights move, streamed)."""
-    dst = os.path.join(out, MODEL)
-    return Case(
-        lambda: onnxl.align_external_data_streaming(p.single, dst, DATA, ALIGNMENT),
-        [dst, os.path.join(out, DATA)],
-    )
+    return _light_align(p.single, out)
 
 
 def ir_align_single(p: Paths, out: str) -> Case:
     """onnx-ir: ``ir.load`` + ``ir.save(alignment=4096)`` of the single-file model."""
-    dst = os.path.join(out, MODEL)
-
-    def run():
-        model = ir.load(p.single)
-        ir.save(
-            model,
-            dst,
-            external_data=DATA,
-            size_threshold_bytes=1024,
-            alignment=ALIGNMENT,
-            align_threshold=0,
-        )
-
-    return Case(run, [dst, os.path.join(out, DATA)])
+    return _ir_align(p.single, out)
 
 
 def _session(path: str):

@@ -95,6 +95,16 @@ def make_runnable_model(seed: int = 0) -> onnx.ModelProto:
     return model
 
 
+def uint8_model(n: int = 3, size: int = 5000, seed: int = 0, prefix: str = "W") -> onnx.ModelProto:
+    """``n`` uint8 initializers ``{prefix}0``... of ``size`` random bytes, no node."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(rng.integers(0, 255, size, dtype=np.uint8), f"{prefix}{i}")
+        for i in range(n)
+    ]
+    return helper.make_model(helper.make_graph([], "g", [], [], inits))
+
+
 def make_every_kind_model(seed: int = 0) -> onnx.ModelProto:
     """A model (not meant to run) with a tensor in every place the walker knows."""
     model = make_runnable_model(seed)

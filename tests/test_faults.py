@@ -19,11 +19,9 @@ import sys
 import textwrap
 import threading
 
-import numpy as np
 import onnx
 import pytest
-from conftest import folder_digest, read_back, save_two_file, tensor_bytes
-from onnx import helper, numpy_helper
+from conftest import folder_digest, read_back, save_two_file, tensor_bytes, uint8_model
 
 import onnx_light.onnx as onnxl
 from onnx_light.cli import main
@@ -36,12 +34,7 @@ MB = 1024 * 1024
 
 def _model(n: int = 4, size: int = MB // 2, seed: int = 0) -> onnx.ModelProto:
     """``n`` uint8 initializers of ``size`` random bytes (2 MiB by default)."""
-    rng = np.random.default_rng(seed)
-    inits = [
-        numpy_helper.from_array(rng.integers(0, 255, size, dtype=np.uint8), f"W{i}")
-        for i in range(n)
-    ]
-    return helper.make_model(helper.make_graph([], "g", [], [], inits))
+    return uint8_model(n, size, seed)
 
 
 @pytest.fixture

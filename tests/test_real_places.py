@@ -9,7 +9,7 @@ import os
 import numpy as np
 import onnx
 import pytest
-from conftest import folder_digest, read_back, save_two_file, tensor_bytes
+from conftest import folder_digest, read_back, save_two_file, tensor_bytes, uint8_model
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
@@ -17,12 +17,7 @@ from onnx_light.cli import main
 
 
 def _model(n: int = 3, size: int = 5000, seed: int = 0) -> onnx.ModelProto:
-    rng = np.random.default_rng(seed)
-    inits = [
-        numpy_helper.from_array(rng.integers(0, 255, size, dtype=np.uint8), f"W{i}")
-        for i in range(n)
-    ]
-    return helper.make_model(helper.make_graph([], "g", [], [], inits))
+    return uint8_model(n, size, seed)
 
 
 def _hf_snapshot(root, layout: str):
