@@ -108,6 +108,11 @@ sphinx_gallery_conf = {
     "min_reported_time": 1,
     "capture_repr": ("_repr_html_", "__repr__"),
     "reference_url": {},
+    "image_srcset": ["2x"],  # sharp figures on HiDPI screens
+    "doc_module": ("onnx_light",),  # "Examples using ..." on the API pages
+    "backreferences_dir": "gen_modules/backreferences",
+    "inspect_global_variables": False,
+    "write_computation_times": False,  # its page pulls DataTables from a CDN: offline site
 }
 
 # -- The onnx-light command --------------------------------------------------
