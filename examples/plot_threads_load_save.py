@@ -257,25 +257,41 @@ speedup = df[df["library"] == "onnx-light"].pivot(
 print((speedup[1] / speedup[4]).round(2).rename("4 threads vs 1").to_string())
 
 # %%
-# On the 2-core virtual machine this page was written on:
+# In words, from this build's numbers (they move from one run to the next on
+# a shared machine: the page prints them rather than stating them):
+
+ratio = (speedup[1] / speedup[4]).rename("gain")
+for (operation, layout), gain in ratio.items():
+    verdict = "faster" if gain > 1.1 else "slower" if gain < 0.9 else "no faster"
+    print(f"{operation}, {layout}: with 4 threads {gain:.2f}x the speed of 1 ({verdict})")
+best = ratio.idxmax()
+print(f"threads paid off most for {best[0]}, {best[1]}: {ratio.max():.2f}x")
+print(
+    f"the default num_threads=None uses at most {min(4, os.cpu_count() or 1)} "
+    "threads here at most (one per data file, at most 4 and the CPUs)"
+)
+
+# %%
+# Why:
 #
-# * with the files in the **page cache**, loading is a memory copy (3 to
-#   4 GB/s) and one thread already saturates it: more threads add nothing
-#   but their own cost (0 to 30 % slower with 4 threads on 2 cores);
-# * from **disk**, the one-file-per-tensor layout gains up to 1.5x with 4
-#   threads (the gain varies from run to run on a shared machine): one tensor per file means one ``open`` and one small read per
-#   tensor, and parallel readers keep the disk busy while the others wait. One
-#   or two big files are already read at the disk's speed by one thread;
-# * ``num_threads`` cannot help a **single-file** model: the ``.onnx`` is one
-#   protobuf message, read and parsed (or serialized and written) in one go;
-# * **saves** write to the page cache, which is fast and noisy; threads do
-#   not change much on two cores. Gathering many files into one weights file
-#   (green) copies in the kernel and needs no threads at all.
+# * with the files in the **page cache**, loading is a memory copy, and one
+#   thread is often enough to saturate it: more threads then add only their
+#   own cost;
+# * from **disk**, the one-file-per-tensor layout is where threads help
+#   most: one tensor per file means one ``open`` and one small read per
+#   tensor, and parallel readers keep the disk busy while the others wait;
+# * a **single-file** model is one protobuf message, read and parsed (or
+#   serialized and written) in one go; what threads change there comes from
+#   the reads of its file, not from parsing;
+# * **saves** write to the page cache, which is fast and noisy. Gathering
+#   many files into one weights file copies in the kernel and needs no
+#   threads at all.
 #
-# The default (``num_threads=None``) is the number of CPUs, at most 4: 2
-# here. Threads pay off when reads wait: cold files, many files, fast NVMe
-# disks with more cores, network file systems with high latency. Measure on
-# the machine that matters.
+# The default (``num_threads=None``) is one thread per data file, at most 4
+# and the number of CPUs (see :class:`onnx_light.onnx.SerializeOptions` and
+# :func:`onnx_light.onnx.load`). Threads pay off when reads wait: cold files,
+# many files, fast NVMe disks with more cores, network file systems with high
+# latency. Measure on the machine that matters.
 
 # %%
 # Plot
