@@ -1,8 +1,8 @@
 """
 .. _l-example-plot-align-external-data-streaming:
 
-Re-align external data without loading the weights
-==================================================
+Streaming re-alignment against load + save: time, memory, bytes
+===============================================================
 
 A model stored as two files (``model.onnx`` + ``model.onnx.data``) must be
 re-written so that every tensor starts at an offset that is a multiple of
@@ -254,10 +254,12 @@ fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
 names = list(table.index)
 bar_colors = [colors[n] for n in names]
 labels = [n.replace(" (", "\n(") for n in names]
-axes[0].bar(labels, table["seconds"], color=bar_colors)
+bars = axes[0].bar(labels, table["seconds"], color=bar_colors)
+axes[0].bar_label(bars, fmt="%.3f s", fontsize=8)  # a value that rounds to 0 still shows
 axes[0].set_ylabel("seconds (median)")
 axes[0].set_title("wall time")
-axes[1].bar(labels, table["peak_growth_MiB"], color=bar_colors)
+bars = axes[1].bar(labels, table["peak_growth_MiB"], color=bar_colors)
+axes[1].bar_label(bars, fmt="%.1f MiB", fontsize=8)
 axes[1].axhline(table["weights_MiB"].iloc[0], color="black", ls="--", lw=1, label="model weights")
 axes[1].set_ylabel("MiB")
 axes[1].set_title("peak RSS growth")

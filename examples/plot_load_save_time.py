@@ -210,10 +210,7 @@ df["MiB/s"] = (df["MiB"] / df["seconds"]).round(0)
 #
 # Seconds, one column per model size (MiB of weights):
 
-for operation in dict.fromkeys(df["operation"]):
-    part = df[df["operation"] == operation]
-    print(f"\n{operation}")
-    print(part.pivot(index="library", columns="MiB", values="seconds").round(4).to_string())
+df.pivot_table(index=["operation", "library"], columns="MiB", values="seconds", sort=False).round(4)
 
 # %%
 # And relative to onnx at the largest size (lower is faster):
@@ -222,7 +219,7 @@ largest = df[df["MiB"] == df["MiB"].max()].copy()
 is_onnx = largest["library"].isin(["onnx", "onnx: load + save"])
 onnx_time = dict(zip(largest[is_onnx]["operation"], largest[is_onnx]["seconds"], strict=True))
 largest["vs onnx"] = (largest["seconds"] / largest["operation"].map(onnx_time)).round(2)
-print(largest[["operation", "library", "seconds", "MiB/s", "vs onnx"]].to_string(index=False))
+largest[["operation", "library", "seconds", "MiB/s", "vs onnx"]]
 
 # %%
 # What it says

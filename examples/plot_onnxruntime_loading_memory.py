@@ -218,18 +218,18 @@ table = pandas.DataFrame(
     {
         "layout": df["layout"],
         "prepacking": df["prepacking"],
-        "create s": df["create_s"].round(3),
-        "run s": df["run_s"].round(3),
-        "peak RSS": (df["create_peak"] / MiB).round(1),
-        "anon": (df["anon_peak_create"] / MiB).round(1),
-        "file": (df["file_peak_create"] / MiB).round(1),
-        "anon after run": (df["anon_after_run"] / MiB).round(1),
-        "file after run": (df["file_after_run"] / MiB).round(1),
+        "create (s)": df["create_s"].round(3),
+        "run (s)": df["run_s"].round(3),
+        "peak RSS (MiB)": (df["create_peak"] / MiB).round(1),
+        "anon (MiB)": (df["anon_peak_create"] / MiB).round(1),
+        "file (MiB)": (df["file_peak_create"] / MiB).round(1),
+        "anon after run (MiB)": (df["anon_after_run"] / MiB).round(1),
+        "file after run (MiB)": (df["file_after_run"] / MiB).round(1),
         "anon / model": (df["anon_peak_create"] / model_bytes).round(2),
     }
 )
 print(f"model: {model_bytes / MiB:.1f} MiB of weights; exact peak: {bool(df['exact'].all())}")
-print(table.to_string(index=False))
+table
 
 # %%
 # What the table says
@@ -331,7 +331,7 @@ for key, y in outputs.items():
         }
     )
     np.testing.assert_allclose(y, reference, rtol=1e-3, atol=1e-4)
-print(pandas.DataFrame(check).to_string(index=False))
+pandas.DataFrame(check)
 
 # %%
 # Plot
@@ -347,7 +347,8 @@ print(pandas.DataFrame(check).to_string(index=False))
 fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(14, 5.5))
 labels = [f"{r['layout']}\nprepack {r['prepacking']}" for r in results]
 x = np.arange(len(results))
-ax0.bar(x - 0.27, df["anon_peak_create"] / MiB, 0.27, label="anonymous (RssAnon), peak")
+anon_bars = ax0.bar(x - 0.27, df["anon_peak_create"] / MiB, 0.27, label="anonymous (RssAnon), peak")
+ax0.bar_label(anon_bars, fmt="%.0f", fontsize=7)  # MiB; near-zero bars stay visible
 ax0.bar(x, df["file_peak_create"] / MiB, 0.27, label="file-backed (RssFile), peak")
 ax0.bar(
     x + 0.27,

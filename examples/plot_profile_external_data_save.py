@@ -149,12 +149,12 @@ pandas.set_option("display.width", 200)
 # The top functions of onnx's save, by own time (time spent in the function
 # itself, not in the functions it calls):
 
-print(frames["onnx"].head(10).round(4).to_string(index=False))
+frames["onnx"].head(10).round(4)
 
 # %%
 # The top functions of onnx-light's save:
 
-print(frames["onnx-light"].head(10).round(4).to_string(index=False))
+frames["onnx-light"].head(10).round(4)
 
 # %%
 # Reading ``raw_data`` copies it
@@ -226,8 +226,8 @@ for name, df in frames.items():
 summary = pandas.DataFrame(summary).fillna(0.0)
 summary.loc["total (profiled)"] = summary.sum()
 wall = pandas.Series({name: best for name, (_, best) in profiles.items()}, name="best wall s")
-print(summary.round(4).to_string())
-print(wall.round(4).to_string())
+print("best wall time (s): " + ", ".join(f"{k} {v:.4f}" for k, v in wall.items()))
+summary.round(4).rename(columns=lambda c: f"{c} (s)")
 
 # %%
 # What it says

@@ -272,7 +272,8 @@ panels = [
     ("peak_growth_MiB", "peak RSS growth", "MiB"),
 ]
 for ax, (column, title, unit) in zip(axes, panels, strict=True):
-    ax.bar(labels, table[column], color=colors)
+    bars = ax.bar(labels, table[column], color=colors)
+    ax.bar_label(bars, fmt="%.3g", fontsize=8)
     ax.set_title(title)
     ax.set_ylabel(unit)
     ax.tick_params(axis="x", labelsize=8)

@@ -85,10 +85,8 @@ onnx.save(
     save_as_external_data=True,
     all_tensors_to_one_file=False,
 )
-print(
-    pandas.DataFrame(
-        [{"layout": name, "files": len(os.listdir(folder))} for name, folder in folders.items()]
-    ).to_string(index=False)
+pandas.DataFrame(
+    [{"layout": name, "files": len(os.listdir(folder))} for name, folder in folders.items()]
 )
 
 # %%
@@ -241,9 +239,14 @@ df["who"] = [
     "onnx" if lib == "onnx" else f"onnx-light, {k} thread{'s' if k > 1 else ''}"
     for lib, k in zip(df["library"], df["threads"], strict=True)
 ]
-table = df.pivot(index=["operation", "layout"], columns="who", values="seconds")
-print(table.to_string())
-print(df.pivot(index=["operation", "layout"], columns="who", values="MiB/s").to_string())
+# Seconds per operation:
+
+df.pivot(index=["operation", "layout"], columns="who", values="seconds")
+
+# %%
+# The same as throughput (MiB/s, higher is better):
+
+df.pivot(index=["operation", "layout"], columns="who", values="MiB/s")
 
 # %%
 # What it says
@@ -254,7 +257,7 @@ print(df.pivot(index=["operation", "layout"], columns="who", values="MiB/s").to_
 speedup = df[df["library"] == "onnx-light"].pivot(
     index=["operation", "layout"], columns="threads", values="seconds"
 )
-print((speedup[1] / speedup[4]).round(2).rename("4 threads vs 1").to_string())
+(speedup[1] / speedup[4]).round(2).rename("speed with 4 threads / with 1").to_frame()
 
 # %%
 # In words, from this build's numbers (they move from one run to the next on
