@@ -258,9 +258,9 @@ for label, r in [
     ("two files, prepacking off", two_off),
 ]:
     print(
-        f"* {label}: anonymous memory {times_model(r['anon_peak_create'])} at the peak, "
-        f"{times_model(r['anon_after_run'])} after the first inference; "
-        f"created in {r['create_s']:.3f} s"
+        f"* {label.strip()}: created in {r['create_s']:.3f} s; anonymous memory\n"
+        f"    {times_model(r['anon_peak_create'])} at the peak,\n"
+        f"    {times_model(r['anon_after_run'])} after the first inference"
     )
 
 # The explanation below rests on these, checked on every build (a few MiB of
