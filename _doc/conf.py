@@ -81,12 +81,18 @@ html_theme_options = {
     "navbar_align": "left",
     "show_toc_level": 2,
     "navigation_with_keys": False,
-    "secondary_sidebar_items": ["page-toc", "sourcelink"],
+    # the security page's comparison tables need the whole width
+    "secondary_sidebar_items": {"**": ["page-toc", "sourcelink"], "design/security": []},
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
 }
 # Gallery pages hold 100-column code: give it the room of the left sidebar.
-html_sidebars = {"index": [], "benchmarks": [], "auto_examples/plot_*": []}
+html_sidebars = {
+    "index": [],
+    "benchmarks": [],
+    "auto_examples/plot_*": [],
+    "design/security": [],
+}
 html_context = {"default_mode": "light"}
 html_show_sourcelink = False
 
