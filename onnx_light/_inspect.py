@@ -136,7 +136,7 @@ def verify_model(path: str) -> tuple[int, list[str]]:
     count, problems = 0, []  # (tensor label, message)
     with SourceFiles() as files:
         model, inline = scan_model(path, files)
-        resolver = Resolver(os.path.dirname(path), files, inline, path)
+        resolver = Resolver(os.path.dirname(path), files, inline, inline.source)
         for site in iter_tensors(model):
             if not is_external(site.tensor):
                 continue

@@ -285,3 +285,48 @@ def test_verify_groups_problems_by_cause(tmp_path, capsys):
     lines = out.strip().splitlines()
     assert len(lines) == 1 and "20 tensors ('W0'" in lines[0] and "and 17 more" in lines[0]
     assert "does not exist" in lines[0]
+
+
+def test_model_link_swapped_after_open_does_not_widen_the_folder(tmp_path, monkeypatch):
+    """The real path of the model is taken when it is opened: a link swapped to ``/x`` after
+    that cannot make ``/`` the folder data may lie in."""
+    from onnx_light.onnx import _sources
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"TOPSECRET!" * 100)
+    folder = tmp_path / "m"
+    folder.mkdir()
+    t = onnx.TensorProto(name="w", data_type=onnx.TensorProto.UINT8, dims=[1000])
+    t.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", "leak"), ("offset", "0"), ("length", "1000")):
+        entry = t.external_data.add()
+        entry.key, entry.value = key, value
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [t])), str(folder / "real.onnx"))
+    os.symlink(secret, folder / "leak")
+    os.symlink("real.onnx", folder / "model.onnx")
+    real_model = _sources.SourceFiles.model
+
+    def swap_after_open(self, path):
+        source = real_model(self, path)
+        os.unlink(folder / "model.onnx")
+        os.symlink("/nonexistent-x.onnx", folder / "model.onnx")
+        return source
+
+    monkeypatch.setattr(_sources.SourceFiles, "model", swap_after_open)
+    with pytest.raises(onnxl.ExternalDataError, match="'w'.*outside"):
+        onnxl.load(folder / "model.onnx")
+
+
+def test_inline_tensor_of_odd_length_stays_inline(tmp_path):
+    """onnx accepts an inline raw_data that does not match dtype x dims: kept inline, it is
+    copied as it is; moved to external data, it is refused (a reader would refuse it)."""
+    t = onnx.TensorProto(name="odd", data_type=onnx.TensorProto.FLOAT, dims=[600])
+    t.raw_data = bytes(2000)  # 2400 expected
+    model = helper.make_model(helper.make_graph([], "g", [], [], [t]))
+    onnx.save(model, str(tmp_path / "single.onnx"))
+    onnxl.align_external_data_streaming(
+        tmp_path / "single.onnx", tmp_path / "a.onnx", "a.data", size_threshold=10**9
+    )
+    assert onnx.load(str(tmp_path / "a.onnx")).graph.initializer[0].raw_data == bytes(2000)
+    with pytest.raises(onnxl.ExternalDataError, match="'odd'.*does not match"):
+        onnxl.align_external_data_streaming(tmp_path / "single.onnx", tmp_path / "b.onnx", "b.data")

@@ -170,3 +170,30 @@ def test_bad_max_shard_size(tmp_path):
         with pytest.raises(ValueError, match="max_shard_size"):
             onnxl.SerializeOptions(max_shard_size=bad)
     assert sorted(os.listdir(tmp_path)) == ["m.onnx", "m.onnx.data"]
+
+
+_MANY = """
+import resource, sys
+import onnx_light.onnx as onnxl
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+onnxl.align_external_data_streaming(sys.argv[1], sys.argv[2], "a.data", max_shard_size=1)
+print("ok")
+"""
+
+
+def test_more_shards_than_descriptors(tmp_path):
+    """Each shard's descriptor is closed once written: 200 shards under a limit of 64."""
+    import subprocess
+    import sys
+
+    model = _model([100] * 200)
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+    done = subprocess.run(
+        [sys.executable, "-c", _MANY, str(tmp_path / "m.onnx"), str(tmp_path / "a.onnx")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.strip() == "ok", done.stderr
+    assert len(_shards(tmp_path / "a.onnx")) == 200
+    assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)

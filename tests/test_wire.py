@@ -219,3 +219,57 @@ def test_overlong_raw_data_tag_is_still_read_right():
     meta, converted = scan_buffer(model, "self.onnx", 1024)
     back = _resolve_self_refs(onnx.load_from_string(meta), model)
     assert back.graph.initializer[0].raw_data == t.raw_data
+
+
+def _lf(number: int, payload: bytes) -> bytes:
+    return encode_varint(number << 3 | 2) + encode_varint(len(payload)) + payload
+
+
+@pytest.mark.parametrize(
+    "tag", [b"\x4a", b"\xca\x00", b"\xca\x80\x80\x80\x00", b"\xca" + b"\x80" * 5 + b"\x00"]
+)
+def test_overlong_tags_read_as_protobuf_reads_them(tag):
+    """Tags in up to 5 bytes are read (and converted); longer ones are refused, as protobuf does."""
+    raw = bytes(range(256)) * 8
+    tensor = _lf(8, b"w") + b"\x08\x80\x10\x10\x02" + tag + encode_varint(len(raw)) + raw
+    model = b"\x08\x08" + _lf(7, _lf(5, tensor) + _lf(2, b"g"))
+    try:
+        expected = onnx.load_from_string(model)
+    except Exception:
+        with pytest.raises(WireError):
+            scan_buffer(model, "self.onnx", 1024)
+        return
+    meta, converted = scan_buffer(model, "self.onnx", 1024)
+    back = _resolve_self_refs(onnx.load_from_string(meta), model)
+    assert back.graph.initializer[0].raw_data == expected.graph.initializer[0].raw_data
+
+
+def test_dropped_external_data_entries_are_checked():
+    """A converted tensor's old external_data entries are not written again: a corrupt one is
+    still refused, as protobuf refuses it."""
+    raw = bytes(2048)
+    tensor = _lf(8, b"w") + b"\x08\x80\x10\x10\x02" + _lf(13, b"abc") + _lf(9, raw)
+    model = b"\x08\x08" + _lf(7, _lf(5, tensor))
+    with pytest.raises(Exception):  # noqa: B017  (protobuf's DecodeError)
+        onnx.load_from_string(model)
+    with pytest.raises(WireError, match="external_data"):
+        scan_buffer(model, "self.onnx", 1024)
+
+
+def test_many_tensors_scan_in_linear_work(monkeypatch):
+    """The raw_data filter keeps its clean intervals merged: its work per tensor is constant."""
+    from onnx_light.onnx import _skim
+
+    sizes = []
+    real = _skim.RawDataFilter._add_clean
+
+    def spy(self, start, end):
+        real(self, start, end)
+        sizes.append(len(self._starts))
+
+    monkeypatch.setattr(_skim.RawDataFilter, "_add_clean", spy)
+    inits = [numpy_helper.from_array(np.full(300, i, np.float32), f"w{i}") for i in range(3000)]
+    data = helper.make_model(helper.make_graph([], "g", [], [], inits)).SerializeToString()
+    meta, converted = scan_buffer(data, "self.onnx", 1024)
+    assert len(converted) == 3000
+    assert len(sizes) <= 3 * 3000 + 10  # a bounded number of searches per tensor

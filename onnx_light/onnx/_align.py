@@ -14,7 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ._atomic import AtomicFiles, folder_lock
-from ._external import Resolver, check_movable, external_entries, read_entries, set_external
+from ._external import (
+    Resolver,
+    check_length,
+    check_movable,
+    external_entries,
+    read_entries,
+    set_external,
+)
 from ._io import scan_model
 from ._options import check_alignment, check_max_shard_size, check_size_threshold
 from ._serialize import Spliced, serialize_pieces, strip_raw_data
@@ -127,15 +134,17 @@ def _plan(src: str, files: SourceFiles, size_threshold: int | None):
             is_external(s.tensor) and not spans.holds(read_entries(s, check=False)) for s in sites
         ):
             size_threshold = SINGLE_FILE_THRESHOLD  # a single file: give it external data
-        resolver = Resolver(folder, files, spans, src)
+        resolver = Resolver(folder, files, spans, spans.source)
         for site in sites:
             tensor = site.tensor
             if is_external(tensor):
                 ref = resolver.resolve(site)
                 from_inline = ref.source is spans.source and (ref.offset, ref.length) in spans.spans
                 if from_inline and not _moves(site, ref.length, size_threshold):
-                    inline.append(ref)
+                    inline.append(ref)  # stays as it was, whatever its length
                 else:
+                    if from_inline:
+                        check_length(site, ref.length, ref.file)
                     items.append(Item(site, ref.length, ref, ref.entries))
             elif tensor.HasField("raw_data"):
                 size = tensor_nbytes(tensor)

@@ -97,6 +97,17 @@ class AtomicFiles:
             os.fchmod(fd, mode)
         return fd
 
+    def finish(self, fd: int) -> None:
+        """Close a temporary file once written (its name waits for the commit).
+
+        Many files (shards) then never hold many descriptors.
+        """
+        for i, (open_fd, tmp, final) in enumerate(self._pending):
+            if open_fd == fd:
+                self._pending[i] = (-1, tmp, final)
+                os.close(fd)
+                return
+
     def commit(self) -> None:
         """Close the temporary files and move each over its final name, in order.
 
@@ -104,8 +115,10 @@ class AtomicFiles:
             OSError: a rename failed; the renames already made were undone.
         """
         try:
-            for fd, _, _ in self._pending:
-                os.close(fd)
+            for i, (fd, tmp, final) in enumerate(self._pending):
+                if fd >= 0:
+                    self._pending[i] = (-1, tmp, final)
+                    os.close(fd)
         except OSError:
             self.abort()
             raise
@@ -132,8 +145,9 @@ class AtomicFiles:
         """Close and remove every temporary file."""
         pending, self._pending = self._pending, []
         for fd, tmp, _ in pending:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             _unlink(tmp)
 
 

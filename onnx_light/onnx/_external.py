@@ -224,6 +224,20 @@ def _check_external_tensor(site: TensorSite, location: str) -> None:
         )
 
 
+def check_length(site: TensorSite, length: int, file: str) -> None:
+    """Refuse bytes that do not match the tensor's dtype x dims (when both are known).
+
+    Raises:
+        ExternalDataError: naming the tensor and the file.
+    """
+    expected = tensor_nbytes(site.tensor)
+    if expected is not None and expected != length:
+        raise ExternalDataError(
+            f"tensor {site.label} in {file!r}: length {length} does not match "
+            f"dtype x dims ({expected} bytes)"
+        )
+
+
 def check_movable(site: TensorSite) -> None:
     """Refuse to move an inline tensor to external data when the result would be invalid.
 
@@ -250,9 +264,10 @@ class Resolver:
         inline: the spans of the model file's own inline bytes, when the
             model was scanned with ``skip_raw_data`` (read from the model
             file the caller named, without the rules for external files).
-        model_path: the model file the references come from, when it is
+        model: the opened model file the references come from, when it is
             on disk: a file may then also lie in the folder of its real path
-            (a Hugging Face cache snapshot links both files into ``blobs/``).
+            (a Hugging Face cache snapshot links both files into ``blobs/``),
+            the real path taken when it was opened and checked against it.
     """
 
     def __init__(
@@ -260,12 +275,12 @@ class Resolver:
         base_dir: str | os.PathLike,
         files: SourceFiles,
         inline: InlineSpans | None = None,
-        model_path: str | None = None,
+        model: SourceFile | None = None,
     ) -> None:
         self.base_dir = os.path.abspath(os.fsdecode(base_dir))
         roots = [os.path.realpath(self.base_dir)]
-        if model_path is not None:
-            roots.append(os.path.dirname(os.path.realpath(model_path)))
+        if model is not None and model.real:
+            roots.append(os.path.dirname(model.real))
         self.roots = tuple(roots)
         self.files = files
         self.inline = inline
@@ -315,12 +330,8 @@ class Resolver:
                 f"tensor {site.label} in {file!r}: bytes [{offset}, {offset + length}) "
                 f"run past the end of the file ({size} bytes)"
             )
-        expected = tensor_nbytes(site.tensor)
-        if expected is not None and expected != length:
-            raise ExternalDataError(
-                f"tensor {site.label} in {file!r}: length {length} does not match "
-                f"dtype x dims ({expected} bytes)"
-            )
+        if source is not getattr(self.inline, "source", None):
+            check_length(site, length, file)  # inline bytes are checked if they move
         return TensorRef(site, source, offset, length, entries)
 
 

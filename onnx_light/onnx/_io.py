@@ -13,7 +13,7 @@ from ._external import InlineSpans, Resolver, TensorRef, set_inline
 from ._files import read_refs, read_whole
 from ._options import SerializeOptions, check_num_threads, check_options
 from ._plan import SavePlan
-from ._sources import SourceFiles
+from ._sources import SourceFile, SourceFiles
 from ._targets import destination_path
 from ._tensors import is_external, iter_tensors
 from ._wire import scan_file
@@ -74,15 +74,15 @@ def external_refs(
     base_dir: str,
     files: SourceFiles,
     inline: InlineSpans | None = None,
-    model_path: str | None = None,
+    source: SourceFile | None = None,
 ) -> list[TensorRef]:
-    """Check every external reference of ``model`` (read from ``model_path``) and open its file.
+    """Check every external reference of ``model`` (read from ``source``) and open its file.
 
     Raises:
         FileNotFoundError: a referenced file is missing.
         ExternalDataError: a reference is malformed, unsafe or out of range.
     """
-    resolver = Resolver(base_dir, files, inline, model_path)
+    resolver = Resolver(base_dir, files, inline, source)
     return [resolver.resolve(s) for s in iter_tensors(model) if is_external(s.tensor)]
 
 
@@ -158,7 +158,7 @@ def load(
                 data = read_whole(fd, source.size, repr(path))
             model = parse_model(data, path)
             del data
-            refs = external_refs(model, folder, files, None, path) if load_external_data else []
+            refs = external_refs(model, folder, files, None, source) if load_external_data else []
         read_external_data(model, refs, files, num_threads)
     return model
 

@@ -168,5 +168,5 @@ def _base_resolver(base_dir, folder: str, files: SourceFiles) -> Resolver:
         return Resolver(folder, files)
     base = os.path.abspath(os.fsdecode(base_dir))
     if os.path.isfile(base):  # the .onnx itself: its real folder is allowed too, as in load
-        return Resolver(os.path.dirname(base), files, None, base)
+        return Resolver(os.path.dirname(base), files, None, files.model(base))
     return Resolver(base, files)

@@ -90,6 +90,7 @@ class WeightsFiles:
                 part = _shifted(progress, before, whole)
             fd = out.create(path)
             size += write_weights(fd, members, shard.layout, files, threads, chunk_size, part)
+            out.finish(fd)  # one descriptor at a time, however many shards
             before += sum(members[k].size for k in shard.layout.unique)
         return size
 

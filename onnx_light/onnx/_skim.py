@@ -58,7 +58,9 @@ class RawDataFilter:
         self.patterns = (
             _PATTERNS_1024 if threshold >= 1024 else _PATTERNS_128 if threshold >= 128 else None
         )
-        self._clean: list[tuple[int, int]] = []  # sorted, disjoint: no candidate starts there
+        # intervals known clean (no candidate starts there): sorted, disjoint
+        self._starts: list[int] = []
+        self._ends: list[int] = []
         self._hits: list[int] = []  # sorted candidate positions
 
     def may_hold(self, spans) -> bool:
@@ -73,9 +75,9 @@ class RawDataFilter:
             i = bisect.bisect_left(self._hits, pos)
             if i < len(self._hits) and self._hits[i] < stop:
                 return True
-            j = bisect.bisect_right(self._clean, (pos, float("inf"))) - 1
-            if j >= 0 and self._clean[j][0] <= pos < self._clean[j][1]:
-                pos = self._clean[j][1]
+            j = bisect.bisect_right(self._starts, pos) - 1
+            if j >= 0 and pos < self._ends[j]:
+                pos = self._ends[j]
                 continue
             end = min(stop, pos + chunk)
             chunk = min(2 * chunk, WINDOW)
@@ -99,16 +101,20 @@ class RawDataFilter:
         return None if first is None else start + first
 
     def _add_clean(self, start: int, end: int) -> None:
+        """Record ``[start, end)`` as clean, merged with the intervals it touches."""
         if start >= end:
             return
-        bisect.insort(self._clean, (start, end))
-        merged: list[tuple[int, int]] = []
-        for a, b in self._clean:
-            if merged and a <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-            else:
-                merged.append((a, b))
-        self._clean = merged
+        starts, ends = self._starts, self._ends
+        i = bisect.bisect_left(starts, start)
+        if i > 0 and ends[i - 1] >= start:
+            i -= 1
+            start, end = starts[i], max(end, ends[i])
+            del starts[i], ends[i]
+        while i < len(starts) and starts[i] <= end:
+            end = max(end, ends[i])
+            del starts[i], ends[i]
+        starts.insert(i, start)
+        ends.insert(i, end)
 
 
 def run_end(buf, pos: int, stop: int, end: int) -> int:

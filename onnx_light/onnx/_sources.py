@@ -60,6 +60,8 @@ class SourceFile:
         ctime_ns: status change time (which, unlike the modification time,
             no program can set back).
         label: what first referenced it, for messages (a tensor, or "model").
+        real: its path with every symlink resolved, checked against the
+            open descriptor (the same device and inode).
     """
 
     path: str
@@ -69,6 +71,7 @@ class SourceFile:
     mtime_ns: int
     ctime_ns: int
     label: str
+    real: str = ""
 
     @property
     def identity(self) -> tuple[int, int]:
@@ -86,8 +89,10 @@ class SourceFile:
         )
 
 
-def _source(path: str, st: os.stat_result, label: str) -> SourceFile:
-    return SourceFile(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, label)
+def _source(path: str, st: os.stat_result, label: str, real: str) -> SourceFile:
+    return SourceFile(
+        path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, label, real
+    )
 
 
 def _identity(path: str) -> tuple[int, int] | None:
@@ -156,10 +161,16 @@ class SourceFiles:
             raise ValueError(f"model file {path!r} is empty, not an ONNX model")
         fd = os.open(path, _OPEN_FLAGS)
         fst = os.fstat(fd)
-        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(fst.st_mode):
+        # its real path, taken once and checked against the descriptor: the
+        # folder of the real path is where its data may also lie
+        real = os.path.realpath(path)
+        if not (
+            (fst.st_dev, fst.st_ino) == (st.st_dev, st.st_ino) == _identity(real)
+            and stat.S_ISREG(fst.st_mode)
+        ):
             os.close(fd)
-            raise ValueError(f"model file {path!r} was replaced while being opened")
-        return self._register(_source(path, fst, "model"), fd)
+            raise ValueError(f"model file {path!r} was replaced while being opened; run again")
+        return self._register(_source(path, fst, "model", real), fd)
 
     def data(self, folder: str, roots: tuple[str, ...], location: str, label: str) -> SourceFile:
         """Open and check the data file ``location`` of ``folder``, once.
@@ -231,7 +242,7 @@ class SourceFiles:
         except BaseException:
             os.close(fd)
             raise
-        source = self._register(_source(path, fst, label), fd)
+        source = self._register(_source(path, fst, label, real), fd)
         self._by_path[path] = source
         with contextlib.suppress(OSError):
             lst = os.lstat(path)

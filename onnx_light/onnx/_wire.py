@@ -54,12 +54,20 @@ class WireError(ValueError):
     """The bytes are not a well-formed protobuf message."""
 
 
-def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
+def read_varint(buf, pos: int, end: int, max_bytes: int = 10) -> tuple[int, int]:
     """Decode a varint at ``pos``; return ``(value, next position)``.
 
+    Args:
+        buf: the bytes.
+        pos: where the varint starts.
+        end: where its message ends.
+        max_bytes: the longest encoding accepted (protobuf reads tags and
+            lengths in at most 5 bytes, values in at most 10).
+
     Raises:
-        WireError: truncated, or longer than 10 bytes.
+        WireError: truncated, or longer than ``max_bytes``.
     """
+    limit = 7 * max_bytes
     result = shift = 0
     while True:
         if pos >= end:
@@ -70,7 +78,7 @@ def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
         if not b & 0x80:
             return result, pos
         shift += 7
-        if shift >= 70:
+        if shift >= limit:
             raise WireError(f"varint too long at byte {pos}")
 
 
@@ -121,7 +129,7 @@ def skip_field(buf, pos: int, end: int, depth: int = 0) -> tuple[int, int, int, 
 
 
 def _tag(buf, pos: int, end: int) -> tuple[int, int, int]:
-    tag, pos = read_varint(buf, pos, end)
+    tag, pos = read_varint(buf, pos, end, 5)
     number, wire = tag >> 3, tag & 7
     if number == 0 or number > _MAX_FIELD:
         raise WireError(f"invalid field number {number} at byte {pos}")
@@ -135,7 +143,7 @@ def _skip_value(buf, pos: int, end: int, number: int, wire: int) -> tuple[int, i
     elif wire == 1:
         stop = pos + 8
     elif wire == 2:
-        length, pos = read_varint(buf, pos, end)
+        length, pos = read_varint(buf, pos, end, 5)
         stop = pos + length
     elif wire == 5:
         stop = pos + 4
@@ -269,12 +277,14 @@ class _Scanner:
         raw = None
         name = ""
         external = False
+        dropped = []  # external_data entries, dropped if the tensor is converted
         for pos, number, wire, payload, stop in self.fields(spans, depth, _TENSOR_WATCH):
             if number == _RAW_DATA and wire == 2:
                 raw = (payload, stop)  # the last one wins, as in protobuf
                 continue
             if number == _EXTERNAL_DATA and wire == 2:
-                continue  # dropped if the tensor is converted: it is not EXTERNAL
+                dropped.append((payload, stop))
+                continue
             if number == _NAME and wire == 2:
                 name = bytes(self.buf[payload:stop]).decode("utf-8", "replace")
             elif number == _DATA_LOCATION and wire == 0:
@@ -294,6 +304,8 @@ class _Scanner:
             )
         if depth >= MAX_DEPTH:
             return None  # a reference would nest its entries deeper than protobuf allows
+        for a, b in dropped:  # not written again: protobuf must still have accepted them
+            _check_entry(bytes(self.buf[a:b]), a)
         pieces.append(_entry("location", self.location))
         pieces.append(_entry("offset", str(payload)))
         pieces.append(_entry("length", str(stop - payload)))
@@ -303,6 +315,21 @@ class _Scanner:
 
     def join(self, pieces: list) -> bytes:
         return b"".join(bytes(self.buf[p[0] : p[1]]) if isinstance(p, tuple) else p for p in pieces)
+
+
+def _check_entry(data: bytes, at: int) -> None:
+    """Parse one ``external_data`` entry as protobuf would.
+
+    Raises:
+        WireError: it is not a well-formed StringStringEntryProto.
+    """
+    from google.protobuf.message import DecodeError
+    from onnx import StringStringEntryProto
+
+    try:
+        StringStringEntryProto().ParseFromString(data)
+    except DecodeError as e:
+        raise WireError(f"malformed external_data entry at byte {at}: {e}") from None
 
 
 def scan_buffer(buf, location: str, threshold: int = 1024) -> tuple[bytes, list[tuple[int, int]]]:
