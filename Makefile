@@ -22,7 +22,7 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check onnx_light tests examples benchmarks _doc/conf.py
 
 doc: $(STAMP)
-	$(PY) -m sphinx -W --keep-going -b html _doc _doc/_build/html
+	$(PY) -m sphinx -W -n --keep-going -b html _doc _doc/_build/html
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py $(BENCH_ARGS)

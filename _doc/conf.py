@@ -301,8 +301,46 @@ def check_api_pages(app) -> None:
                 logger.warning(f"{module_name}.{name} is public but not documented in {page}")
 
 
+# -- References to other projects, offline ------------------------------------
+
+# The build has no network, hence no intersphinx inventory: a reference to
+# onnx, numpy, the standard library... renders as a plain literal (what it
+# names, in code font). References to onnx-light's own objects must resolve:
+# the build runs nitpicky (-n), so one that does not is an error.
+EXTERNAL = (
+    "onnx.",
+    "onnx_ir",
+    "onnxruntime",
+    "numpy",
+    "pandas",
+    "os.",
+    "collections.",
+    "argparse.",
+    "typing.",
+    "pathlib.",
+)
+EXTERNAL_MODULES = {
+    "onnx",
+    "onnxruntime",
+    "shutil",
+    "tracemalloc",
+    "cProfile",
+    "os",
+    "mmap",
+}
+
+
+def literal_for_external(app, env, node, contnode):
+    """Render an unresolvable reference to another project as a literal."""
+    target = node.get("reftarget", "")
+    if target.startswith(EXTERNAL) or target in EXTERNAL_MODULES:
+        return nodes.literal(target, contnode.astext() if contnode is not None else target)
+    return None
+
+
 def setup(app):
     app.add_directive("onnx-light-help", OnnxLightHelp)
     app.add_directive("markdown-report", MarkdownReport)
     app.connect("builder-inited", check_api_pages)
+    app.connect("missing-reference", literal_for_external)
     return {"parallel_read_safe": True}

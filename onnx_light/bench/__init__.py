@@ -1,13 +1,13 @@
 """Shared pieces of the examples, benchmarks and tests.
 
-- :mod:`onnx_light.bench.memory`: the kernel's peak RSS (``VmHWM``) around an
+- ``onnx_light.bench.memory``: the kernel's peak RSS (``VmHWM``) around an
   operation, and anonymous vs file-backed memory;
-- :mod:`onnx_light.bench.timeline`: RSS sampled over time on a background thread;
-- :mod:`onnx_light.bench.models`: synthetic Gemm models of any size, and a
+- ``onnx_light.bench.timeline``: RSS sampled over time on a background thread;
+- ``onnx_light.bench.models``: synthetic Gemm models of any size, and a
   tree ensemble (metadata only, millions of fields);
-- :mod:`onnx_light.bench.timing`: the best wall time of several runs.
+- ``onnx_light.bench.timing``: the best wall time of several runs.
 
-Only :mod:`onnx_light.bench.models` needs nothing beyond the core
+Only ``onnx_light.bench.models`` needs nothing beyond the core
 dependencies; all work on Linux (``/proc``) and degrade elsewhere.
 """
 

@@ -22,7 +22,7 @@ class Sample:
 class RssTimeline:
     """Sample ``VmRSS``, ``RssAnon`` and ``RssFile`` every ``interval`` seconds.
 
-    Use as a context manager; the samples are in :attr:`samples`::
+    Use as a context manager; the samples are in its ``samples`` list::
 
         with RssTimeline(interval=0.005) as tl:
             work()
