@@ -305,3 +305,11 @@ shutil.rmtree(folder, ignore_errors=True)
 # The streaming helper is the right tool whenever the weights do not need
 # to be changed: see :ref:`l-howto-align-external-data-streaming` for the
 # recipe and the command line.
+
+# %%
+# Related examples
+# ----------------
+#
+# * :ref:`l-example-plot-load-save-time`
+# * :ref:`l-example-plot-onnxruntime-loading-memory`
+# * :ref:`l-example-plot-save-model-with-shared-external-data`

@@ -308,3 +308,11 @@ plt.show()
 # Clean up.
 
 tmp.cleanup()
+
+# %%
+# Related examples
+# ----------------
+#
+# * :ref:`l-example-plot-threads-load-save`
+# * :ref:`l-example-plot-profile-external-data-save`
+# * :ref:`l-example-plot-align-external-data-streaming`

@@ -392,3 +392,10 @@ plt.show()
 # Clean up the temporary folder.
 
 tmp.cleanup()
+
+# %%
+# Related examples
+# ----------------
+#
+# * :ref:`l-example-plot-align-external-data-streaming`
+# * :ref:`l-example-plot-load-save-time`

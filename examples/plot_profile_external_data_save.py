@@ -306,3 +306,10 @@ plt.show()
 # Clean up.
 
 tmp.cleanup()
+
+# %%
+# Related examples
+# ----------------
+#
+# * :ref:`l-example-plot-load-save-time`
+# * :ref:`l-example-plot-threads-load-save`

@@ -295,3 +295,10 @@ shutil.rmtree(folder, ignore_errors=True)
 # %%
 # The recipe and its rules are in
 # :ref:`l-howto-save-model-with-shared-external-data`.
+
+# %%
+# Related examples
+# ----------------
+#
+# * :ref:`l-example-plot-align-external-data-streaming`
+# * :ref:`l-example-plot-load-save-time`

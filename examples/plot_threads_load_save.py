@@ -328,3 +328,10 @@ plt.show()
 # Clean up.
 
 tmp.cleanup()
+
+# %%
+# Related examples
+# ----------------
+#
+# * :ref:`l-example-plot-load-save-time`
+# * :ref:`l-example-plot-profile-external-data-save`

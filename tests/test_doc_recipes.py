@@ -155,3 +155,20 @@ def test_hugging_face_recipe_writes_plain_files(tmp_path, monkeypatch):
     out = tmp_path / "tiny-aligned"
     assert read_back(out / "model.onnx") == tensors
     assert not any(os.path.islink(p) for p in out.iterdir())
+
+
+def test_house_style_tree_matches_the_code():
+    """Every module of the package appears in the house-style page's tree, and only those."""
+    with open(os.path.join(ROOT, "_doc", "design", "house_style.rst")) as f:
+        text = f.read()
+    listed = set(re.findall(r"^\s+((?:onnx/)?_?\w+\.py)\s", text, re.M))
+    package = os.path.join(ROOT, "onnx_light")
+    actual = {
+        name if folder == package else f"onnx/{name}"
+        for folder in (package, os.path.join(package, "onnx"))
+        for name in os.listdir(folder)
+        if name.endswith(".py")
+        and name not in ("__main__.py",)
+        and not (folder == package and name == "__init__.py")
+    }
+    assert listed == actual
