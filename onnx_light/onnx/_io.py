@@ -181,8 +181,8 @@ def save(
     Args:
         model: the model to save.
         path: the destination ``.onnx`` file.
-        location: the weights file: a name (placed next to ``path``) or a path
-            inside ``path``'s folder.
+        location: the weights file, relative to ``path``'s folder (as in
+            onnx: a name is placed next to ``path``) and inside it.
         options: a :class:`SerializeOptions` (defaults when None).
 
     Raises:

@@ -48,8 +48,9 @@ def align_external_data_streaming(
     Args:
         src_onnx_path: the model to re-align.
         dst_onnx_path: the new ``.onnx``.
-        dst_weights_path: the new weights file: a name (placed next to
-            ``dst_onnx_path``) or a path inside its folder.
+        dst_weights_path: the new weights file, relative to the folder of
+            ``dst_onnx_path`` (as in onnx: a name is placed next to it) and
+            inside it.
         alignment: a power of two >= 1.
         chunk_size: bytes per copy call, and between two progress calls.
         size_threshold: when set, inline tensors with at least this many bytes
