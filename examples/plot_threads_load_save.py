@@ -270,8 +270,8 @@ for (operation, layout), gain in ratio.items():
 best = ratio.idxmax()
 print(f"threads paid off most for {best[0]}, {best[1]}: {ratio.max():.2f}x")
 print(
-    f"the default num_threads=None uses at most {min(4, os.cpu_count() or 1)} "
-    "threads here at most (one per data file, at most 4 and the CPUs)"
+    f"the default num_threads=None uses at most {min(4, os.cpu_count() or 1)} threads "
+    "here (one per data file, at most 4 and the CPUs)"
 )
 
 # %%
