@@ -42,7 +42,7 @@ import onnx
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import PeakMemory, RssTimeline, make_gemm_model, weights_nbytes
+from onnx_light.bench import PeakMemory, RssTimeline, make_gemm_model, summary_bars, weights_nbytes
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (8, 256) if SMALL else (24, 1024)
@@ -244,6 +244,23 @@ if "shutil.copyfile (reference)" in table.index:
         f"took {stream.seconds / copy.seconds:.2f}x that (on this machine, this run)"
     )
 assert stream.peak_growth_MiB < 16, "streaming must not hold the weights in memory"
+
+# %%
+# The result in one picture: the peak memory of each way (the weights' size
+# dashed).
+
+summary_bars(
+    list(table.index),
+    list(table["peak_growth_MiB"]),
+    "MiB",
+    "peak memory while re-aligning",
+    reference=weights,
+    reference_label="the weights",
+)
+plt.show()
+
+# %%
+# Time and memory side by side:
 
 colors = {
     "in memory (load + save)": "#d62728",

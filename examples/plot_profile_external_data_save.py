@@ -36,7 +36,7 @@ import onnx
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, weights_nbytes
+from onnx_light.bench import make_gemm_model, summary_bars, weights_nbytes
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (4, 128) if SMALL else (64, 1024)
@@ -258,6 +258,12 @@ print(
 # (not counted here).
 
 # %%
+# The result in one picture: the best wall time of each save.
+
+summary_bars(list(wall.index), list(wall.values), "s", f"save of {size / MiB:.0f} MiB")
+plt.show()
+
+# %%
 # Plot
 # ----
 #
@@ -293,8 +299,8 @@ for j, (name, df) in enumerate(frames.items()):
         colors.append("white")
 y = np.arange(len(labels))
 bars = ax1.barh(y, values, color=colors)
-ax1.bar_label(bars, labels=[f"{v:.4f}" if v else "" for v in values], fontsize=7, padding=2)
-ax1.set_yticks(y, labels, fontsize=7)
+ax1.bar_label(bars, labels=[f"{v:.4f}" if v else "" for v in values], fontsize=8, padding=2)
+ax1.set_yticks(y, labels, fontsize=8)
 ax1.invert_yaxis()
 ax1.set_xlabel("own seconds per save")
 ax1.set_title(f"top {TOP} functions of each (colour = kind of work)")

@@ -49,7 +49,7 @@ import onnxruntime
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import PeakMemory, make_gemm_model, model_inputs, weights_nbytes
+from onnx_light.bench import PeakMemory, make_gemm_model, model_inputs, summary_bars, weights_nbytes
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (8, 256) if SMALL else (24, 1024)
@@ -255,6 +255,14 @@ np.testing.assert_allclose(got_shared, got_naive, rtol=1e-6, atol=1e-6)
 np.testing.assert_allclose(got_shared, expected, rtol=1e-3, atol=1e-4)
 print(f"outputs {got_shared.shape}: shared == naive, and match numpy")
 print(f"max |shared - numpy| = {np.abs(got_shared - expected).max():.2e}")
+
+# %%
+# The result in one picture: the bytes each way writes.
+
+summary_bars(
+    list(table.index), list(table["written_MiB"]), "MiB", "bytes written to save the variant"
+)
+plt.show()
 
 # %%
 # The picture

@@ -35,7 +35,7 @@ import onnx
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import best_time, make_gemm_model, weights_nbytes
+from onnx_light.bench import best_time, make_gemm_model, summary_bars, weights_nbytes
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (4, 128) if SMALL else (32, 1024)
@@ -297,6 +297,19 @@ print(
 # latency. Measure on the machine that matters.
 
 # %%
+# The result in one picture: what 4 threads do to the speed of 1, per case.
+
+summary_bars(
+    [f"{op}, {layout}" for op, layout in ratio.index],
+    list(ratio.values),
+    "x",
+    "speed with 4 threads / with 1",
+    reference=1.0,
+    reference_label="no change",
+)
+plt.show()
+
+# %%
 # Plot
 # ----
 #
@@ -318,7 +331,7 @@ for ax, operation in zip(axes, operations, strict=True):
     ax.set_title(f"{operation}, {size / MiB:.0f} MiB")
     ax.grid(alpha=0.3)
 axes[0].set_ylabel("MiB/s (higher is better)")
-axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+axes[-1].legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 fig.tight_layout()
 if os.environ.get("SAVE_FIG"):
     fig.savefig(os.environ["SAVE_FIG"])

@@ -5,12 +5,14 @@
 - ``onnx_light.bench.timeline``: RSS sampled over time on a background thread;
 - ``onnx_light.bench.models``: synthetic Gemm models of any size, and a
   tree ensemble (metadata only, millions of fields);
-- ``onnx_light.bench.timing``: the best wall time of several runs.
+- ``onnx_light.bench.timing``: the best wall time of several runs;
+- ``onnx_light.bench.figures``: one-picture summaries for the gallery.
 
 Only ``onnx_light.bench.models`` needs nothing beyond the core
 dependencies; all work on Linux (``/proc``) and degrade elsewhere.
 """
 
+from .figures import summary_bars
 from .memory import PeakMemory, measure_peak, read_status
 from .models import make_forest_model, make_gemm_model, model_inputs, weights_nbytes
 from .timeline import RssTimeline
@@ -25,5 +27,6 @@ __all__ = [
     "measure_peak",
     "model_inputs",
     "read_status",
+    "summary_bars",
     "weights_nbytes",
 ]
