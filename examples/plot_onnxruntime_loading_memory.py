@@ -363,8 +363,9 @@ labels = [f"{r['layout']}\nprepack {r['prepacking']}" for r in results]
 x = np.arange(len(results))
 anon_bars = ax0.bar(x - 0.27, df["anon_peak_create"] / MiB, 0.27, label="anonymous (RssAnon), peak")
 ax0.bar_label(anon_bars, fmt="%.0f", fontsize=9)  # MiB; near-zero bars stay visible
-ax0.bar(x, df["file_peak_create"] / MiB, 0.27, label="file-backed (RssFile), peak")
-ax0.bar(
+file_bars = ax0.bar(x, df["file_peak_create"] / MiB, 0.27, label="file-backed (RssFile), peak")
+ax0.bar_label(file_bars, fmt="%.0f", fontsize=9)
+after_bars = ax0.bar(
     x + 0.27,
     df["file_after_run"] / MiB,
     0.27,
@@ -373,6 +374,7 @@ ax0.bar(
     hatch="//",
     label="file-backed after the first inference",
 )
+ax0.bar_label(after_bars, fmt="%.0f", fontsize=9)
 ax0.axhline(model_bytes / MiB, color="k", ls="--", lw=1, label="model size")
 ax0.set_xticks(x, labels, rotation=60, ha="right", fontsize=8)
 ax0.set_ylabel("peak growth while creating the session (MiB)")
