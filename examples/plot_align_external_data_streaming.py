@@ -244,6 +244,7 @@ if "shutil.copyfile (reference)" in table.index:
         f"took {stream.seconds / copy.seconds:.2f}x that (on this machine, this run)"
     )
 assert stream.peak_growth_MiB < 16, "streaming must not hold the weights in memory"
+assert memory.peak_growth_MiB >= 0.9 * weights, "load + save holds every weight"
 
 # %%
 # The result in one picture: the peak memory of each way (the weights' size
