@@ -95,7 +95,7 @@ def placement(model: onnx.ModelProto) -> pandas.DataFrame:
     return pandas.DataFrame(rows)
 
 
-placement(meta).head(6)
+placement(meta).head(6).rename(columns={"offset": "offset (bytes)", "length": "length (bytes)"})
 
 # %%
 # The two approaches
@@ -220,7 +220,9 @@ with (
 ):
     assert fa.read() == fb.read(), "the two weights files differ"
 print(f"{len(p_stream)} tensors: offsets aligned to {ALIGNMENT}, lengths and bytes equal")
-placement(aligned_stream).head(6)
+placement(aligned_stream).head(6).rename(
+    columns={"offset": "offset (bytes)", "length": "length (bytes)"}
+)
 
 # %%
 # Time and peak memory
