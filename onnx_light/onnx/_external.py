@@ -141,7 +141,31 @@ def check_location(location: str, what: str) -> None:
         raise ExternalDataError(f"{what}: location {location!r} ends with '/': not a file name")
 
 
-def _int_entry(entries: dict[str, str], key: str, label: str, file: str) -> int | None:
+class _Label:
+    """A tensor's label, formatted only when a message needs it."""
+
+    __slots__ = ("site",)
+
+    def __init__(self, site: TensorSite) -> None:
+        self.site = site
+
+    def __str__(self) -> str:
+        return self.site.label
+
+
+class _Named:
+    """``tensor <label>``, formatted only when a message needs it."""
+
+    __slots__ = ("site",)
+
+    def __init__(self, site: TensorSite) -> None:
+        self.site = site
+
+    def __str__(self) -> str:
+        return f"tensor {self.site.label}"
+
+
+def _int_entry(entries: dict[str, str], key: str, label, file: str) -> int | None:
     if key not in entries:
         return None
     raw = entries[key]
@@ -285,7 +309,7 @@ class Resolver:
         self.files = files
         self.inline = inline
 
-    def source_of(self, location: str, label: str) -> SourceFile:
+    def source_of(self, location: str, label) -> SourceFile:
         """The opened, checked file behind ``location``.
 
         Raises:
@@ -293,7 +317,12 @@ class Resolver:
             ExternalDataError: when it escapes the folder, is not a regular
                 file or has several hard links.
         """
-        return self.files.data(self.base_dir, self.roots, location, label)
+        return self.files.data(
+            self.base_dir,
+            self.roots,
+            location,
+            _Label(label) if isinstance(label, TensorSite) else label,
+        )
 
     def resolve(self, site: TensorSite) -> TensorRef:
         """Validate the reference of an EXTERNAL tensor.
@@ -312,12 +341,12 @@ class Resolver:
         if self.inline is not None and self.inline.holds(entries):
             source = self.inline.source  # the model's own inline bytes
         else:
-            check_location(entries["location"], f"tensor {site.label}")
+            check_location(entries["location"], _Named(site))
             _check_external_tensor(site, entries["location"])
-            source = self.source_of(entries["location"], site.label)
+            source = self.source_of(entries["location"], site)
         file, size = source.path, source.size
-        offset = _int_entry(entries, "offset", site.label, file) or 0
-        length = _int_entry(entries, "length", site.label, file)
+        offset = _int_entry(entries, "offset", _Label(site), file) or 0
+        length = _int_entry(entries, "length", _Label(site), file)
         if offset > size:
             raise ExternalDataError(
                 f"tensor {site.label} in {file!r}: offset {offset} is past the end "

@@ -121,7 +121,7 @@ class SourceFiles:
         self.budget = budget or descriptor_budget()
         self._open: OrderedDict[SourceFile, int] = OrderedDict()
         self._pins: dict[SourceFile, int] = {}
-        self._by_path: dict[str, SourceFile] = {}
+        self._by_path: dict[tuple[str, str], SourceFile] = {}
         self._entries: dict[tuple[int, int], SourceFile] = {}  # symlinks passed through
         self._files: dict[tuple[int, int], SourceFile] = {}
         self._lock = threading.Lock()
@@ -172,7 +172,7 @@ class SourceFiles:
             raise ValueError(f"model file {path!r} was replaced while being opened; run again")
         return self._register(_source(path, fst, "model", real), fd)
 
-    def data(self, folder: str, roots: tuple[str, ...], location: str, label: str) -> SourceFile:
+    def data(self, folder: str, roots: tuple[str, ...], location: str, label) -> SourceFile:
         """Open and check the data file ``location`` of ``folder``, once.
 
         Args:
@@ -180,7 +180,8 @@ class SourceFiles:
             roots: the resolved folders the file may lie in (the model's
                 folder, and the folder of the model file's real path).
             location: a location already checked by ``check_location``.
-            label: the tensor that references it, for messages.
+            label: the tensor that references it, for messages (anything
+                whose ``str`` names it, formatted only when needed).
 
         Raises:
             FileNotFoundError: the file does not exist.
@@ -189,10 +190,10 @@ class SourceFiles:
                 was being checked.
             OSError: it cannot be reached (a loop of links, a name too long).
         """
-        path = os.path.join(folder, location)
-        known = self._by_path.get(path)
+        known = self._by_path.get((folder, location))
         if known is not None:
             return known
+        path = os.path.join(folder, location)
         real = os.path.realpath(path)
         if not any(is_inside(real, root) for root in roots):
             where = f"the model folder {folder!r}"
@@ -242,8 +243,8 @@ class SourceFiles:
         except BaseException:
             os.close(fd)
             raise
-        source = self._register(_source(path, fst, label, real), fd)
-        self._by_path[path] = source
+        source = self._register(_source(path, fst, str(label), real), fd)
+        self._by_path[(folder, location)] = source
         with contextlib.suppress(OSError):
             lst = os.lstat(path)
             if stat.S_ISLNK(lst.st_mode):

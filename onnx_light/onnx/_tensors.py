@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from math import prod
 
 import onnx
@@ -46,7 +47,7 @@ class TensorSite:
         """True for the values or indices of a sparse tensor."""
         return bool(self.path) and self.path[-1][0] in ("values", "indices")
 
-    @property
+    @cached_property
     def label(self) -> str:
         """A human name: the tensor's name and, when it has none, its path."""
         where = path_to_str(self.path)
