@@ -263,6 +263,8 @@ class SourceFiles:
         return source
 
     def _evict(self) -> None:
+        if len(self._open) <= self.budget:
+            return
         for source in list(self._open):
             if len(self._open) <= self.budget:
                 return
