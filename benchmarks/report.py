@@ -5,13 +5,13 @@ from __future__ import annotations
 import csv
 import datetime
 import math
-import os
-import platform
 import statistics
 import subprocess
 import textwrap
 
 from suite import FIGURES, LABELS, MiB, Row
+
+from onnx_light.bench import describe_machine
 
 COLUMNS = [
     "operation",
@@ -24,33 +24,6 @@ COLUMNS = [
     "target",
     "result",
 ]
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def _ram() -> str:
-    try:
-        with open("/proc/meminfo") as f:
-            kib = int(f.readline().split()[1])
-        return f"{kib / 1024**2:.1f} GiB RAM"
-    except (OSError, ValueError, IndexError):
-        return "unknown RAM"
-
-
-def _version(module: str) -> str:
-    try:
-        return __import__(module).__version__
-    except Exception:  # any import failure just says "missing"
-        return "missing"
 
 
 def _git_commit(root: str) -> str:
@@ -69,11 +42,7 @@ def _git_commit(root: str) -> str:
 def machine_line(root: str) -> str:
     """One line: CPU, cores, RAM, kernel, Python, library versions, commit, date."""
     return (
-        f"machine: {_cpu_model()}, {os.cpu_count()} cores, {_ram()}, "
-        f"Linux {platform.release()}, Python {platform.python_version()}, "
-        f"onnx {_version('onnx')}, onnxruntime {_version('onnxruntime')}, "
-        f"onnx-ir {_version('onnx_ir')}, numpy {_version('numpy')}, "
-        f"onnx-light {_version('onnx_light')} ({_git_commit(root)}), "
+        f"machine: {describe_machine()} ({_git_commit(root)}), "
         f"{datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}"
     )
 

@@ -42,7 +42,14 @@ import onnx
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import PeakMemory, RssTimeline, make_gemm_model, summary_bars, weights_nbytes
+from onnx_light.bench import (
+    PeakMemory,
+    RssTimeline,
+    describe_machine,
+    make_gemm_model,
+    summary_bars,
+    weights_nbytes,
+)
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (8, 256) if SMALL else (24, 1024)
@@ -234,6 +241,7 @@ placement(aligned_stream).head(6).rename(
 
 weights = weights_nbytes(N_WEIGHTS, DIM) / MiB
 stream, memory = table.loc["streaming"], table.loc["in memory (load + save)"]
+print(f"measured on {describe_machine()}")
 print(
     f"streaming: {stream.seconds:.3f} s, peak +{stream.peak_growth_MiB:.1f} MiB; "
     f"in memory: {memory.seconds:.3f} s ({memory.seconds / stream.seconds:.1f}x the "

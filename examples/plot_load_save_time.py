@@ -47,7 +47,13 @@ import pandas
 from matplotlib.ticker import NullFormatter
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import best_time, make_gemm_model, summary_bars, weights_nbytes
+from onnx_light.bench import (
+    best_time,
+    describe_machine,
+    make_gemm_model,
+    summary_bars,
+    weights_nbytes,
+)
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 DIM = 128 if SMALL else 1024
@@ -229,6 +235,7 @@ largest[["operation", "library", "seconds", "MiB/s", "vs onnx"]]
 # move by 10 to 20 % from one run to the next on a shared machine; the page
 # prints them rather than stating them):
 
+print(f"measured on {describe_machine()}")
 for operation in dict.fromkeys(largest["operation"]):
     part = largest[largest["operation"] == operation].sort_values("seconds")
     ranking = ", then ".join(

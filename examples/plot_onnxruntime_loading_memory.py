@@ -57,7 +57,7 @@ import pandas
 
 import onnx_light
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, summary_bars, weights_nbytes
+from onnx_light.bench import describe_machine, make_gemm_model, summary_bars, weights_nbytes
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (8, 200) if SMALL else (128, 1000)
@@ -250,6 +250,7 @@ def times_model(value: float) -> str:
 
 one_on, one_off = row("one file", "on"), row("one file", "off")
 two_on, two_off = row("aligned 4096", "on"), row("aligned 4096", "off")
+print(f"measured on {describe_machine()}")
 print(f"onnxruntime {ort.__version__}, a model of {model_bytes / MiB:.0f} MiB of weights:")
 for label, r in [
     ("one file, prepacking on  ", one_on),

@@ -36,7 +36,7 @@ import onnx
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, summary_bars, weights_nbytes
+from onnx_light.bench import describe_machine, make_gemm_model, summary_bars, weights_nbytes
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (4, 128) if SMALL else (64, 1024)
@@ -237,6 +237,7 @@ summary.round(4).rename(columns=lambda c: f"{c} (s)")
 # (own time per kind of work; ``copy_s`` is the cost of reading every
 # ``raw_data`` once, measured above):
 
+print(f"measured on {describe_machine()}")
 for kind in [k for k in summary.index if k != "total (profiled)"]:
     a, b = summary.loc[kind, "onnx"], summary.loc[kind, "onnx-light"]
     print(

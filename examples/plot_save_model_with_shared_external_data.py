@@ -49,7 +49,14 @@ import onnxruntime
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import PeakMemory, make_gemm_model, model_inputs, summary_bars, weights_nbytes
+from onnx_light.bench import (
+    PeakMemory,
+    describe_machine,
+    make_gemm_model,
+    model_inputs,
+    summary_bars,
+    weights_nbytes,
+)
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (8, 256) if SMALL else (24, 1024)
@@ -185,6 +192,7 @@ table.round(3)
 # asserted: it writes a fraction of the bytes and holds no weight in memory.
 
 naive_o, naive_l, sh = (table.loc[k] for k in approaches)
+print(f"measured on {describe_machine()}")
 print(
     f"naive saves: onnx {naive_o.seconds:.3f} s, onnx-light {naive_l.seconds:.3f} s "
     f"({naive_l.seconds / naive_o.seconds:.2f}x onnx's time); shared: {sh.seconds:.3f} s "

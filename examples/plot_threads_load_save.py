@@ -35,7 +35,13 @@ import onnx
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import best_time, make_gemm_model, summary_bars, weights_nbytes
+from onnx_light.bench import (
+    best_time,
+    describe_machine,
+    make_gemm_model,
+    summary_bars,
+    weights_nbytes,
+)
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (4, 128) if SMALL else (32, 1024)
@@ -263,6 +269,7 @@ speedup = df[df["library"] == "onnx-light"].pivot(
 # In words, from this build's numbers (they move from one run to the next on
 # a shared machine: the page prints them rather than stating them):
 
+print(f"measured on {describe_machine()}")
 ratio = (speedup[1] / speedup[4]).rename("gain")
 for (operation, layout), gain in ratio.items():
     verdict = "faster" if gain > 1.1 else "slower" if gain < 0.9 else "no faster"

@@ -6,13 +6,15 @@
 - ``onnx_light.bench.models``: synthetic Gemm models of any size, and a
   tree ensemble (metadata only, millions of fields);
 - ``onnx_light.bench.timing``: the best wall time of several runs;
-- ``onnx_light.bench.figures``: one-picture summaries for the gallery.
+- ``onnx_light.bench.figures``: one-picture summaries for the gallery;
+- ``onnx_light.bench.machine``: which machine a measurement was made on.
 
 Only ``onnx_light.bench.models`` needs nothing beyond the core
 dependencies; all work on Linux (``/proc``) and degrade elsewhere.
 """
 
 from .figures import summary_bars
+from .machine import describe_machine
 from .memory import PeakMemory, measure_peak, read_status
 from .models import make_forest_model, make_gemm_model, model_inputs, weights_nbytes
 from .timeline import RssTimeline
@@ -22,6 +24,7 @@ __all__ = [
     "PeakMemory",
     "RssTimeline",
     "best_time",
+    "describe_machine",
     "make_forest_model",
     "make_gemm_model",
     "measure_peak",
