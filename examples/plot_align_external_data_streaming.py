@@ -324,6 +324,32 @@ ax.legend(loc="center right")
 fig.tight_layout()
 
 # %%
+# Shards: several weights files of a bounded size
+# -----------------------------------------------
+#
+# Hosting limits, or runtimes that cannot map a file over 2 GiB, ask for the
+# weights split in files of a bounded size. ``max_shard_size`` does it in the
+# same streaming copy: each tensor lies whole in one shard, aligned within it,
+# named as onnx-ir names its shards, and all files are committed together.
+
+limit = max(table.loc["streaming", "weights_MiB"] * MiB / 3, 1)  # about three shards
+onnxl.align_external_data_streaming(
+    src,
+    os.path.join(folder, "sharded.onnx"),
+    "sharded.onnx.data",
+    alignment=ALIGNMENT,
+    max_shard_size=int(limit),
+)
+sharded = placement(onnxl.load(os.path.join(folder, "sharded.onnx"), load_external_data=False))
+shards = sharded.groupby("location").agg(tensors=("name", "count"), bytes=("length", "sum"))
+for name in shards.index:  # each shard within the limit, unless one tensor alone is larger
+    size = os.path.getsize(os.path.join(folder, name))
+    assert size <= limit or shards.loc[name, "tensors"] == 1, name
+assert len(shards) > 1 and (sharded.offset % ALIGNMENT == 0).all()
+assert sharded.length.tolist() == p_src.length.tolist()
+shards.rename(columns={"bytes": "tensor bytes"})
+
+# %%
 # Clean up
 # --------
 

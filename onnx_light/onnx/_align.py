@@ -131,7 +131,7 @@ def _plan(src: str, files: SourceFiles, size_threshold: int | None):
         model, spans = scan_model(src, files)
         sites = list(iter_tensors(model))
         if size_threshold is None and not any(
-            is_external(s.tensor) and not spans.holds(read_entries(s, check=False)) for s in sites
+            is_external(s.tensor) and not spans.holds(read_entries(s)) for s in sites
         ):
             size_threshold = SINGLE_FILE_THRESHOLD  # a single file: give it external data
         resolver = Resolver(folder, files, spans, spans.source)

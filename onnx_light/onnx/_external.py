@@ -142,27 +142,16 @@ def check_location(location: str, what: str) -> None:
 
 
 class _Label:
-    """A tensor's label, formatted only when a message needs it."""
+    """A tensor's label (after ``prefix``), formatted only when a message needs it."""
 
-    __slots__ = ("site",)
+    __slots__ = ("prefix", "site")
 
-    def __init__(self, site: TensorSite) -> None:
+    def __init__(self, site: TensorSite, prefix: str = "") -> None:
         self.site = site
+        self.prefix = prefix
 
     def __str__(self) -> str:
-        return self.site.label
-
-
-class _Named:
-    """``tensor <label>``, formatted only when a message needs it."""
-
-    __slots__ = ("site",)
-
-    def __init__(self, site: TensorSite) -> None:
-        self.site = site
-
-    def __str__(self) -> str:
-        return f"tensor {self.site.label}"
+        return self.prefix + self.site.label
 
 
 def _int_entry(entries: dict[str, str], key: str, label, file: str) -> int | None:
@@ -198,17 +187,15 @@ def _carried_data(tensor: onnx.TensorProto) -> str | None:
     return None
 
 
-def read_entries(site: TensorSite, check: bool = True) -> dict[str, str]:
+def read_entries(site: TensorSite) -> dict[str, str]:
     """The ``external_data`` entries of a tensor as a dict, checked for duplicates.
 
-    Args:
-        site: the tensor.
-        check: also check that the location is safe (:func:`check_location`).
+    The location itself is checked by :meth:`Resolver.resolve` (the model's
+    own inline bytes are not an external location).
 
     Raises:
-        ExternalDataError: on a repeated key, a missing location, data of its own
-            (raw_data, float_data, ...) on an external tensor, or an external
-            string tensor.
+        ExternalDataError: on a key or value that is not UTF-8, a repeated
+            key, or a missing location.
     """
     tensor = site.tensor
     entries: dict[str, str] = {}
@@ -225,12 +212,8 @@ def read_entries(site: TensorSite, check: bool = True) -> dict[str, str]:
                 f"tensor {site.label}: external_data key {entry.key!r} appears twice"
             )
         entries[entry.key] = entry.value
-    location = entries.get("location", "")
     if "location" not in entries:
         raise ExternalDataError(f"tensor {site.label}: external_data has no 'location'")
-    if check:
-        check_location(location, f"tensor {site.label}")
-        _check_external_tensor(site, location)
     return entries
 
 
@@ -309,21 +292,6 @@ class Resolver:
         self.files = files
         self.inline = inline
 
-    def source_of(self, location: str, label) -> SourceFile:
-        """The opened, checked file behind ``location``.
-
-        Raises:
-            FileNotFoundError: when the file does not exist.
-            ExternalDataError: when it escapes the folder, is not a regular
-                file or has several hard links.
-        """
-        return self.files.data(
-            self.base_dir,
-            self.roots,
-            location,
-            _Label(label) if isinstance(label, TensorSite) else label,
-        )
-
     def resolve(self, site: TensorSite) -> TensorRef:
         """Validate the reference of an EXTERNAL tensor.
 
@@ -337,16 +305,18 @@ class Resolver:
             FileNotFoundError: the file is missing.
             ExternalDataError: the reference is malformed, unsafe or out of range.
         """
-        entries = read_entries(site, check=False)
+        entries = read_entries(site)
         if self.inline is not None and self.inline.holds(entries):
             source = self.inline.source  # the model's own inline bytes
         else:
-            check_location(entries["location"], _Named(site))
-            _check_external_tensor(site, entries["location"])
-            source = self.source_of(entries["location"], site)
+            location = entries["location"]
+            check_location(location, _Label(site, "tensor "))
+            _check_external_tensor(site, location)
+            source = self.files.data(self.base_dir, self.roots, location, _Label(site))
         file, size = source.path, source.size
-        offset = _int_entry(entries, "offset", _Label(site), file) or 0
-        length = _int_entry(entries, "length", _Label(site), file)
+        label = _Label(site)
+        offset = _int_entry(entries, "offset", label, file) or 0
+        length = _int_entry(entries, "length", label, file)
         if offset > size:
             raise ExternalDataError(
                 f"tensor {site.label} in {file!r}: offset {offset} is past the end "

@@ -7,7 +7,6 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from ._errors import TruncatedFileError
-from ._layout import MAX_FILE_SIZE
 
 
 def pread_exact(fd: int, length: int, offset: int, what: str) -> bytes:
@@ -60,11 +59,8 @@ def preallocate(fd: int, size: int) -> None:
     filesystem does not support it (EOPNOTSUPP, ENOSYS), nothing happens.
 
     Raises:
-        ValueError: ``size`` does not fit in a file offset (2**63 - 1).
-        OSError: any other failure (ENOSPC, EFBIG, EIO...).
+        OSError: any failure but "not supported here" (ENOSPC, EFBIG, EIO...).
     """
-    if size > MAX_FILE_SIZE:
-        raise ValueError(f"a file of {size} bytes is larger than any file can be (2**63 - 1)")
     global _fallocate
     if _fallocate is None:
         try:

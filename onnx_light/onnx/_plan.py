@@ -60,7 +60,6 @@ class SavePlan:
         self.files = files
         self.alignment = check_alignment(options.alignment)
         self.threads = check_num_threads(options.num_threads)
-        self.location = location
         if location is not None:
             weights_destination(path, location)  # a bad name fails before anything else
         folder = os.path.dirname(path)

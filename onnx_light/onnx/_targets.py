@@ -92,10 +92,11 @@ def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[st
             f"{folder!r} (a relative location is relative to that folder)"
         )
     destination_dir(target)
-    if real_entry(target) == real_entry(onnx_path):  # the same name, spelled another way
+    entry = real_entry(target)
+    if entry == real_entry(onnx_path):  # the same name, spelled another way
         raise ValueError(f"weights file {location!r} cannot be the model file itself")
     real_folder = os.path.realpath(folder)
-    real_target = os.path.join(os.path.realpath(os.path.dirname(target)), os.path.basename(target))
+    real_target = os.path.join(*entry)
     if not is_inside(real_target, real_folder):
         raise ValueError(
             f"weights file {target!r} resolves to {real_target!r}, outside the model's "
