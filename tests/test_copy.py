@@ -5,8 +5,9 @@ import os
 
 import pytest
 
-from onnx_light.onnx import _copy
+from onnx_light.onnx import _copy, _writer
 from onnx_light.onnx._copy import CopyEngine
+from onnx_light.onnx._fs import CopyPolicy
 
 
 def _enosys(*a, **k):
@@ -117,3 +118,62 @@ def test_pwrite_all_loops_on_short_writes(tmp_path, monkeypatch):
     _copy.pwrite_all(fd, b"0123456789" * 10, 3)
     os.close(fd)
     assert (tmp_path / "f").read_bytes() == b"\0" * 3 + b"0123456789" * 10
+
+
+SPLICING = CopyPolicy("test", splice_shifted=True, shares_blocks=True, block=4096)
+
+
+def test_shifted_copies_start_with_splice(files, monkeypatch):
+    """With a policy that splices shifted copies: shifted -> splice, congruent -> copy_file_range;
+    where splice is refused, shifted copies fall back to copy_file_range."""
+    data, src, dst, dst_path = files
+    with CopyEngine(1 << 20, policy=SPLICING) as eng:
+        eng.copy(src, 1000, dst, 4096, 2_000_000, "x")
+        assert eng.method == "splice"
+        eng.copy(src, 8192, dst, 3 * 1024 * 1024, 500_000, "x")
+        assert eng.method == "copy_file_range"
+    out = dst_path.read_bytes()
+    assert out[4096 : 4096 + 2_000_000] == data[1000 : 1000 + 2_000_000]
+    assert out[3 * 1024 * 1024 :] == data[8192 : 8192 + 500_000]
+    monkeypatch.setattr(os, "splice", _enosys)
+    with CopyEngine(1 << 20, policy=SPLICING) as eng:
+        eng.copy(src, 1000, dst, 4096, 2_000_000, "x")
+        assert eng.method == "copy_file_range" and eng.unsupported == {"splice"}
+    assert dst_path.read_bytes()[4096 : 4096 + 2_000_000] == data[1000 : 1000 + 2_000_000]
+
+
+def test_congruent_copy_splits_its_head_at_a_block_boundary(files, monkeypatch):
+    """Offsets 5000 -> 9096 can share blocks from 8192 -> 12288 on: the head goes first."""
+    data, src, dst, dst_path = files
+    real = os.copy_file_range
+    calls = []
+
+    def spy(s, d, count, s_off, d_off):
+        calls.append((s_off, d_off))
+        return real(s, d, count, s_off, d_off)
+
+    monkeypatch.setattr(os, "copy_file_range", spy)
+    with CopyEngine(1 << 20, policy=SPLICING) as eng:
+        eng.copy(src, 5000, dst, 9096, 2_000_000, "x")
+    assert calls[0] == (5000, 9096)
+    assert calls[1] == (8192, 12288)
+    assert all(s % 4096 == 0 for s, _ in calls[1:])
+    assert dst_path.read_bytes()[9096:] == data[5000 : 5000 + 2_000_000]
+
+
+def test_preallocation_leaves_shareable_ranges_out(monkeypatch):
+    """Where blocks can be shared, congruent runs are not preallocated; elsewhere the
+    whole file is."""
+    ranges = []
+    monkeypatch.setattr(_writer, "preallocate", lambda fd, off, n: ranges.append((off, n)))
+    mib = 1 << 20
+    runs = [
+        _writer._Run(None, 0, 0, 8 * mib, []),  # congruent: shared
+        _writer._Run(None, 8 * mib + 100, 8 * mib, 4 * mib, []),  # shifted
+        _writer._Run(None, 12 * mib + 100, 12 * mib + 4096, 4 * mib, []),  # shifted, next to it
+    ]
+    _writer._preallocate(0, 20 * mib, runs, [], SPLICING)
+    assert ranges == [(8 * mib, 8 * mib + 4096)]
+    ranges.clear()
+    _writer._preallocate(0, 20 * mib, runs, [], CopyPolicy())
+    assert ranges == [(0, 20 * mib)]

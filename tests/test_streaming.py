@@ -21,7 +21,7 @@ from conftest import (
 from onnx import numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx import _atomic
+from onnx_light.onnx import _atomic, _copy
 from onnx_light.onnx._tensors import is_external, iter_tensors
 
 
@@ -249,19 +249,19 @@ def test_disk_full_leaves_nothing(tmp_path, monkeypatch):
 
 
 def test_contiguous_tensors_copied_in_one_call(tmp_path, monkeypatch):
-    """Tensors that follow on in source and destination move in one system call."""
+    """Tensors that follow on in source and destination move in one copy."""
     model = make_every_kind_model()
     onnxl.save(model, tmp_path / "m.onnx", "m.data")  # dense
-    real = os.copy_file_range
+    real = _copy.CopyEngine.copy
     calls = []
 
-    def counting(*a, **k):
-        target = os.readlink(f"/proc/self/fd/{a[1]}")
+    def counting(self, src, src_off, dst, dst_off, length, what):
+        target = os.readlink(f"/proc/self/fd/{dst}")
         if ".data." in os.path.basename(target):  # the weights file, not the spliced .onnx
-            calls.append(a[2])
-        return real(*a, **k)
+            calls.append(length)
+        return real(self, src, src_off, dst, dst_off, length, what)
 
-    monkeypatch.setattr(os, "copy_file_range", counting)
+    monkeypatch.setattr(_copy.CopyEngine, "copy", counting)
     onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", 1)
     assert len(calls) == 1, "dense to dense: one run"
     assert read_back(tmp_path / "d.onnx") == tensor_bytes(model)

@@ -6,6 +6,10 @@ Three ways, tried in order, as CPython's ``shutil`` does for ``sendfile``:
 2. ``os.splice`` through a pipe: in-kernel too;
 3. a ``preadv`` / ``pwrite`` loop over one reusable ``chunk_size`` buffer.
 
+A copy whose source and destination offsets cannot share blocks (a
+*shifted* copy) starts with ``splice`` where the destination's
+:class:`~._fs.CopyPolicy` says it is faster; a congruent one whose start is
+not on a block boundary copies its head first, so the rest can be shared.
 An engine falls back only when the kernel says a way is not supported here
 (ENOSYS, EXDEV, EINVAL, EOPNOTSUPP, ...) and then remembers it for the rest of
 its copies. A full disk or an I/O error propagates as OSError. The ``os``
@@ -19,11 +23,15 @@ import os
 from collections.abc import Callable
 
 from ._errors import TruncatedFileError
+from ._fs import UNKNOWN, CopyPolicy
 
 UNSUPPORTED = frozenset(
     {errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOTTY}
 )
 METHODS = ("copy_file_range", "splice", "pread")
+SHIFTED = ("splice", "copy_file_range", "pread")
+PIPE_SIZE = 1 << 20  # the default /proc/sys/fs/pipe-max-size: what any user may ask
+SHARE_CHUNK = 1 << 30  # bytes per copy_file_range call where blocks may be shared
 
 
 class _Unsupported(Exception):
@@ -42,9 +50,14 @@ class CopyEngine:
         progress: optional ``progress(done_bytes, total_bytes)``, called after
             every chunk.
         total: the total announced to ``progress``.
-        method: the first way to try (one of :data:`METHODS`).
+        policy: the destination filesystem's :class:`~._fs.CopyPolicy`
+            (default: the kernel's ``copy_file_range`` first for every copy).
 
-    Use it as a context manager: it owns a pipe once it falls back to splice.
+    Use it as a context manager: it owns a pipe once it uses splice.
+
+    Attributes:
+        method: the way the last bytes were copied (None before any copy).
+        unsupported: the ways the kernel refused here, never tried again.
     """
 
     def __init__(
@@ -52,7 +65,7 @@ class CopyEngine:
         chunk_size: int = 4 * 1024 * 1024,
         progress: Callable[[int, int], None] | None = None,
         total: int = 0,
-        method: str = "copy_file_range",
+        policy: CopyPolicy = UNKNOWN,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size must be > 0, got {chunk_size}")
@@ -60,7 +73,10 @@ class CopyEngine:
         self.progress = progress
         self.total = total
         self.done = 0
-        self.method = method
+        self.policy = policy
+        self._share = False
+        self.method: str | None = None
+        self.unsupported: set[str] = set()
         self._pipe: tuple[int, int] | None = None
         self._buffer: memoryview | None = None
 
@@ -99,14 +115,33 @@ class CopyEngine:
                 OSError and an EOFError).
             OSError: disk full, I/O error, or another failure of the system.
         """
+        policy = self.policy
+        if policy.congruent(src_off, dst_off):
+            head = -src_off % policy.block
+            if 0 < head < length:  # up to a block boundary, then shareable blocks
+                self._copy(METHODS, src, src_off, dst, dst_off, head, what)
+                src_off, dst_off, length = src_off + head, dst_off + head, length - head
+            order = METHODS
+            if policy.shares_blocks:  # a reflink of a gigabyte is one metadata operation
+                self._share = True
+        else:
+            order = SHIFTED if policy.splice_shifted else METHODS
+        try:
+            self._copy(order, src, src_off, dst, dst_off, length, what)
+        finally:
+            self._share = False
+
+    def _copy(self, order, src: int, src_off: int, dst: int, dst_off: int, length: int, what):
         done = 0
         while done < length:
-            step = getattr(self, "_" + self.method)
+            method = next(m for m in order if m not in self.unsupported)
+            self.method = method
+            step = getattr(self, "_" + method)
             try:
                 done += step(src, src_off + done, dst, dst_off + done, length - done, what)
             except _Unsupported as e:
                 done += e.copied
-                self.method = METHODS[METHODS.index(self.method) + 1]
+                self.unsupported.add(method)
 
     def _check_eof(self, n: int, what: str) -> None:
         if n == 0:
@@ -117,7 +152,8 @@ class CopyEngine:
     def _copy_file_range(self, src, src_off, dst, dst_off, remaining, what) -> int:
         copied = 0
         while copied < remaining:
-            count = min(self.chunk_size, remaining - copied)
+            chunk = max(self.chunk_size, SHARE_CHUNK) if self._share else self.chunk_size
+            count = min(chunk, remaining - copied)
             try:
                 n = os.copy_file_range(src, dst, count, src_off + copied, dst_off + copied)
             except AttributeError:
@@ -137,7 +173,7 @@ class CopyEngine:
             try:
                 import fcntl
 
-                fcntl.fcntl(self._pipe[1], fcntl.F_SETPIPE_SZ, min(self.chunk_size, 1 << 20))
+                fcntl.fcntl(self._pipe[1], fcntl.F_SETPIPE_SZ, min(self.chunk_size, PIPE_SIZE))
             except (OSError, AttributeError, ImportError):
                 pass
         return self._pipe

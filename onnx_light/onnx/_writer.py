@@ -20,6 +20,7 @@ from ._copy import CopyEngine, pwrite_all
 from ._errors import TruncatedFileError
 from ._external import TensorRef
 from ._files import preallocate
+from ._fs import CopyPolicy, copy_policy
 from ._layout import Layout
 from ._sources import SourceFile, SourceFiles
 from ._tensors import TensorSite
@@ -158,6 +159,30 @@ def _copy_run(engine: CopyEngine, src: int, dst: int, run: _Run) -> None:
         ) from None
 
 
+def _preallocate(fd: int, total: int, runs: list[_Run], memory, policy: CopyPolicy) -> None:
+    """Reserve the ranges that will be written for real (see :mod:`._fs`).
+
+    Where blocks can be shared, the ranges of congruent runs are left out:
+    the copy shares their blocks instead of filling reserved ones.
+    """
+    if total < PREALLOCATE_BYTES:
+        return
+    if not policy.shares_blocks:
+        preallocate(fd, 0, total)
+        return
+    ranges = [(r.dst, r.length) for r in runs if not policy.congruent(r.src, r.dst)]
+    ranges += [(offset, item.size) for item, offset in memory]
+    ranges.sort()
+    merged: list[list[int]] = []
+    for start, length in ranges:
+        if merged and start - (merged[-1][0] + merged[-1][1]) < PREALLOCATE_BYTES:
+            merged[-1][1] = max(merged[-1][1], start + length - merged[-1][0])
+        else:
+            merged.append([start, length])
+    for start, length in merged:
+        preallocate(fd, start, length)
+
+
 def write_weights(
     fd: int,
     items: list[Item],
@@ -190,15 +215,16 @@ def write_weights(
     """
     unique = [(items[i], layout.offsets[i]) for i in layout.unique]
     total = sum(item.size for item, _ in unique)
-    if layout.total >= PREALLOCATE_BYTES:
-        preallocate(fd, layout.total)
-    with CopyEngine(chunk_size, progress, total) as engine:
-        for run in _runs(unique):
+    runs = _runs(unique)
+    memory = [(item, offset) for item, offset in unique if item.ref is None]
+    policy = copy_policy(fd)
+    _preallocate(fd, layout.total, runs, memory, policy)
+    with CopyEngine(chunk_size, progress, total, policy) as engine:
+        for run in runs:
             with files.lease(run.source) as src:
                 _copy_run(engine, src, fd, run)
-        memory = [(item, offset) for item, offset in unique if item.ref is None]
         _write_memory(fd, memory, threads, engine.advance)
-    os.ftruncate(fd, layout.total)
+    _set_size(fd, layout.total)
     if progress is not None and total == 0:
         progress(0, 0)
     return layout.total
@@ -226,7 +252,7 @@ def write_pieces(
         OSError: disk full, I/O error.
     """
     position = 0
-    with CopyEngine(chunk_size) as engine:
+    with CopyEngine(chunk_size, policy=copy_policy(fd)) as engine:
         for piece in pieces:
             if isinstance(piece, bytes):
                 pwrite_all(fd, piece, position)
@@ -237,5 +263,13 @@ def write_pieces(
                 what = f"tensor {ref.site.label} in {ref.file!r}"
                 engine.copy(src, ref.offset, fd, position, ref.length, what)
             position += ref.length
-    os.ftruncate(fd, position)
+    _set_size(fd, position)
     return position
+
+
+def _set_size(fd: int, size: int) -> None:
+    """Give the file its final size, only when it does not have it yet: XFS flushes
+    a truncated file when it is closed, so even a truncate to the same size would
+    make the close wait for the writeback of everything just copied."""
+    if os.fstat(fd).st_size != size:
+        os.ftruncate(fd, size)
