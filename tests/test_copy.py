@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from onnx_light.onnx import _copy, _writer
+from onnx_light.onnx import _copy, _runs, _writer
 from onnx_light.onnx._copy import CopyEngine
 from onnx_light.onnx._fs import CopyPolicy
 
@@ -168,9 +168,9 @@ def test_preallocation_leaves_shareable_ranges_out(monkeypatch):
     monkeypatch.setattr(_writer, "preallocate", lambda fd, off, n: ranges.append((off, n)))
     mib = 1 << 20
     runs = [
-        _writer._Run(None, 0, 0, 8 * mib, []),  # congruent: shared
-        _writer._Run(None, 8 * mib + 100, 8 * mib, 4 * mib, []),  # shifted
-        _writer._Run(None, 12 * mib + 100, 12 * mib + 4096, 4 * mib, []),  # shifted, next to it
+        _runs.Run(None, 0, 0, 8 * mib, []),  # congruent: shared
+        _runs.Run(None, 8 * mib + 100, 8 * mib, 4 * mib, []),  # shifted
+        _runs.Run(None, 12 * mib + 100, 12 * mib + 4096, 4 * mib, []),  # shifted, next to it
     ]
     _writer._preallocate(0, 20 * mib, runs, [], SPLICING)
     assert ranges == [(8 * mib, 8 * mib + 4096)]

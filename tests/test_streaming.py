@@ -21,7 +21,7 @@ from conftest import (
 from onnx import numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx import _atomic, _copy
+from onnx_light.onnx import _atomic, _copy, _writer
 from onnx_light.onnx._tensors import is_external, iter_tensors
 
 
@@ -249,26 +249,34 @@ def test_disk_full_leaves_nothing(tmp_path, monkeypatch):
 
 
 def test_contiguous_tensors_copied_in_one_call(tmp_path, monkeypatch):
-    """Tensors that follow on in source and destination move in one copy."""
+    """Tensors that follow on in source and destination form one run, copied at once;
+    small runs are then batched: one read and one write for many."""
     model = make_every_kind_model()
     onnxl.save(model, tmp_path / "m.onnx", "m.data")  # dense
-    real = _copy.CopyEngine.copy
-    calls = []
+    real_runs, real_copy = _writer.runs, _copy.CopyEngine.copy
+    found, copies = [], []
 
-    def counting(self, src, src_off, dst, dst_off, length, what):
-        target = os.readlink(f"/proc/self/fd/{dst}")
-        if ".data." in os.path.basename(target):  # the weights file, not the spliced .onnx
-            calls.append(length)
-        return real(self, src, src_off, dst, dst_off, length, what)
+    def runs(unique):
+        out = real_runs(unique)
+        found.append(len(out))
+        return out
 
-    monkeypatch.setattr(_copy.CopyEngine, "copy", counting)
+    def copy(self, src, src_off, dst, dst_off, length, what):
+        copies.append(length)
+        return real_copy(self, src, src_off, dst, dst_off, length, what)
+
+    monkeypatch.setattr(_writer, "runs", runs)
+    monkeypatch.setattr(_copy.CopyEngine, "copy", copy)
     onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", 1)
-    assert len(calls) == 1, "dense to dense: one run"
+    assert found == [1], "dense to dense: one run"
     assert read_back(tmp_path / "d.onnx") == tensor_bytes(model)
-    calls.clear()
+    found.clear()
+    copies.clear()
     onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "e.onnx", "e.data", 4096)
     # padding breaks runs: W0 (262144 bytes, a multiple of 4096) and B0 still follow on
-    assert len(calls) == len(external_offsets(tmp_path / "e.onnx")) - 1
+    assert found == [len(external_offsets(tmp_path / "e.onnx")) - 1]
+    # W0+B0 is one copy; the small runs after it go in a batch, not one copy each
+    assert len(copies) < found[0]
     assert read_back(tmp_path / "e.onnx") == tensor_bytes(model)
 
 
@@ -310,3 +318,55 @@ def test_align_memory_does_not_grow_with_model(tmp_path):
     growth = peak_growth_in_subprocess(_ALIGN_PEAK, tmp_path / "m.onnx", tmp_path / "d.onnx")
     assert growth < 8 * 2**20
     assert os.path.getsize(tmp_path / "d.data") >= 192 * 2**20
+
+
+def _tiny_tensors_model(n: int) -> onnx.ModelProto:
+    """``n`` tensors of 12 bytes behind a 100-byte table: no tensor starts on a page."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(np.arange(25, dtype=np.float32), "table")]
+    inits += [
+        numpy_helper.from_array(rng.standard_normal(3, dtype=np.float32), f"t{i}") for i in range(n)
+    ]
+    graph = onnx.helper.make_graph([], "g", [], [], inits)
+    return onnx.helper.make_model(graph)
+
+
+@pytest.mark.parametrize("alignment", [64, 4096])
+def test_thousands_of_tiny_tensors_in_few_system_calls(tmp_path, monkeypatch, alignment):
+    """Small runs are batched: one read and one write per few megabytes, bytes unchanged."""
+    model = _tiny_tensors_model(3000)
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+    calls = {"pwrite": 0, "copy": 0}
+    real_pwrite, real_copy = os.pwrite, _copy.CopyEngine.copy
+
+    def pwrite(*a):
+        calls["pwrite"] += 1
+        return real_pwrite(*a)
+
+    def copy(self, *a):
+        calls["copy"] += 1
+        return real_copy(self, *a)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    monkeypatch.setattr(_copy.CopyEngine, "copy", copy)
+    onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", alignment
+    )
+    assert calls["pwrite"] + calls["copy"] < 20
+    assert read_back(tmp_path / "d.onnx") == tensor_bytes(model)
+    assert all(off % alignment == 0 for _, off, _ in external_offsets(tmp_path / "d.onnx"))
+
+
+def test_truncated_source_in_a_batch_names_the_tensor(tmp_path, monkeypatch):
+    """A source that ends early inside a batch names the first tensor whose bytes are missing."""
+    from onnx_light.onnx import _runs
+
+    save_two_file(_tiny_tensors_model(50), tmp_path / "m.onnx", size_threshold=0)
+    real = _runs._read_upto
+    # the table (100 bytes) and t0..t9 (12 bytes each) are there, t10 is cut
+    monkeypatch.setattr(
+        _runs, "_read_upto", lambda fd, n, off: real(fd, n, off)[: 100 + 12 * 10 + 5]
+    )
+    with pytest.raises(EOFError, match="'t10'"):
+        onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", 64)
+    assert not (tmp_path / "d.onnx").exists()

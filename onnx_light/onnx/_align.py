@@ -22,6 +22,7 @@ from ._external import (
     read_entries,
     set_external,
 )
+from ._gc import paused_gc
 from ._io import scan_model
 from ._options import check_alignment, check_max_shard_size, check_size_threshold
 from ._serialize import Spliced, serialize_pieces, strip_raw_data
@@ -95,7 +96,7 @@ def align_model(
     src = os.path.abspath(os.fsdecode(src_onnx_path))
     dst = destination_path(dst_onnx_path)
     weights_destination(dst, dst_weights_path)  # a bad name fails before any reading
-    with SourceFiles() as files:
+    with paused_gc(), SourceFiles() as files:
         model, items, inline, threshold = _plan(src, files, size_threshold)
         weights = WeightsFiles(items, alignment, dst, dst_weights_path, max_shard_size)
         check_targets(

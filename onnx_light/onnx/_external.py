@@ -155,9 +155,11 @@ class _Label:
 
 
 def _int_entry(entries: dict[str, str], key: str, label, file: str) -> int | None:
-    if key not in entries:
+    raw = entries.get(key)
+    if raw is None:
         return None
-    raw = entries[key]
+    if len(raw) < 19 and raw.isdigit() and raw.isascii():
+        return int(raw)  # the common case: plain decimal digits, below 2**63
     digits = raw[1:] if raw.startswith("-") else raw
     if digits.isascii() and digits.isdigit() and len(digits.lstrip("0")) > MAX_DIGITS:
         raise ExternalDataError(
@@ -197,21 +199,23 @@ def read_entries(site: TensorSite) -> dict[str, str]:
         ExternalDataError: on a key or value that is not UTF-8, a repeated
             key, or a missing location.
     """
-    tensor = site.tensor
-    entries: dict[str, str] = {}
-    for entry in tensor.external_data:
-        key, value = entry.key, entry.value
-        if isinstance(key, bytes) or isinstance(value, bytes):  # not valid UTF-8
-            bad = key if isinstance(key, bytes) else value
+    pairs = [(entry.key, entry.value) for entry in site.tensor.external_data]
+    entries = dict(pairs)
+    for key, value in pairs:
+        if type(key) is not str or type(value) is not str:  # bytes: not valid UTF-8
+            bad = value if type(key) is str else key
             raise ExternalDataError(
                 f"tensor {site.label}: external_data holds {bad!r}, which is not valid "
                 "UTF-8 (protobuf strings must be)"
             )
-        if entry.key in entries:
-            raise ExternalDataError(
-                f"tensor {site.label}: external_data key {entry.key!r} appears twice"
-            )
-        entries[entry.key] = entry.value
+    if len(entries) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ExternalDataError(
+                    f"tensor {site.label}: external_data key {key!r} appears twice"
+                )
+            seen.add(key)
     if "location" not in entries:
         raise ExternalDataError(f"tensor {site.label}: external_data has no 'location'")
     return entries
@@ -291,6 +295,8 @@ class Resolver:
         self.roots = tuple(roots)
         self.files = files
         self.inline = inline
+        self._sources: dict[str, SourceFile] = {}  # location -> its checked, open file
+        self._inline_source = inline.source if inline is not None else None
 
     def resolve(self, site: TensorSite) -> TensorRef:
         """Validate the reference of an EXTERNAL tensor.
@@ -310,9 +316,13 @@ class Resolver:
             source = self.inline.source  # the model's own inline bytes
         else:
             location = entries["location"]
-            check_location(location, _Label(site, "tensor "))
+            source = self._sources.get(location)
+            if source is None:
+                check_location(location, _Label(site, "tensor "))
             _check_external_tensor(site, location)
-            source = self.files.data(self.base_dir, self.roots, location, _Label(site))
+            if source is None:
+                source = self.files.data(self.base_dir, self.roots, location, _Label(site))
+                self._sources[location] = source
         file, size = source.path, source.size
         label = _Label(site)
         offset = _int_entry(entries, "offset", label, file) or 0
@@ -329,7 +339,7 @@ class Resolver:
                 f"tensor {site.label} in {file!r}: bytes [{offset}, {offset + length}) "
                 f"run past the end of the file ({size} bytes)"
             )
-        if source is not getattr(self.inline, "source", None):
+        if source is not self._inline_source:
             check_length(site, length, file)  # inline bytes are checked if they move
         return TensorRef(site, source, offset, length, entries)
 

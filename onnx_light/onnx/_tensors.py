@@ -70,8 +70,8 @@ def tensor_nbytes(tensor: onnx.TensorProto) -> int | None:
         data types, negative dims).
     """
     bits = _BITS.get(tensor.data_type)
-    dims = list(tensor.dims)
-    if bits is None or any(d < 0 for d in dims):
+    dims = tensor.dims
+    if bits is None or (dims and min(dims) < 0):
         return None
     return (prod(dims) * bits + 7) // 8
 

@@ -17,12 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ._copy import CopyEngine, pwrite_all
-from ._errors import TruncatedFileError
 from ._external import TensorRef
 from ._files import preallocate
 from ._fs import CopyPolicy, copy_policy
 from ._layout import Layout
-from ._sources import SourceFile, SourceFiles
+from ._runs import Run, copy_batch, copy_run, groups, runs
+from ._sources import SourceFiles
 from ._tensors import TensorSite
 
 IN_FLIGHT_BYTES = 64 * 1024 * 1024
@@ -96,70 +96,7 @@ def _write_memory(fd: int, jobs: list[tuple[Item, int]], threads: int, done) -> 
             done(fut.result())
 
 
-@dataclass
-class _Run:
-    """File-backed tensors whose bytes follow on in the source and in the destination."""
-
-    source: SourceFile
-    src: int
-    dst: int
-    length: int
-    items: list[Item]
-
-    @property
-    def file(self) -> str:
-        return self.source.path
-
-
-def _runs(unique: list[tuple[Item, int]]) -> list[_Run]:
-    """Group file-backed items into runs copied in one go (fewer, longer system calls).
-
-    A model that is already aligned, or re-aligned densely, becomes one run
-    per source file; padding between two tensors starts a new run.
-    """
-    runs: list[_Run] = []
-    for item, offset in unique:
-        ref = item.ref
-        if ref is None:
-            continue
-        last = runs[-1] if runs else None
-        if (
-            last is not None
-            and last.source is ref.source
-            and last.src + last.length == ref.offset
-            and last.dst + last.length == offset
-        ):
-            last.length += ref.length
-            last.items.append(item)
-        else:
-            runs.append(_Run(ref.source, ref.offset, offset, ref.length, [item]))
-    return runs
-
-
-def _copy_run(engine: CopyEngine, src: int, dst: int, run: _Run) -> None:
-    """Copy one run; a truncated source names the tensor where the bytes ran out."""
-    first = run.items[0].site.label
-    what = f"tensor {first} in {run.file!r}"
-    if len(run.items) > 1:
-        what = f"tensors {first} to {run.items[-1].site.label} in {run.file!r}"
-    before = engine.done
-    try:
-        engine.copy(src, run.src, dst, run.dst, run.length, what)
-    except TruncatedFileError:
-        if len(run.items) == 1:
-            raise
-        position = engine.done - before
-        for item in run.items:
-            if position < item.size:
-                break
-            position -= item.size
-        raise TruncatedFileError(
-            f"tensor {item.site.label} in {run.file!r}: the source file ended early "
-            "(truncated while copying?)"
-        ) from None
-
-
-def _preallocate(fd: int, total: int, runs: list[_Run], memory, policy: CopyPolicy) -> None:
+def _preallocate(fd: int, total: int, all_runs: list[Run], memory, policy: CopyPolicy) -> None:
     """Reserve the ranges that will be written for real (see :mod:`._fs`).
 
     Where blocks can be shared, the ranges of congruent runs are left out:
@@ -170,7 +107,7 @@ def _preallocate(fd: int, total: int, runs: list[_Run], memory, policy: CopyPoli
     if not policy.shares_blocks:
         preallocate(fd, 0, total)
         return
-    ranges = [(r.dst, r.length) for r in runs if not policy.congruent(r.src, r.dst)]
+    ranges = [(r.dst, r.length) for r in all_runs if not policy.congruent(r.src, r.dst)]
     ranges += [(offset, item.size) for item, offset in memory]
     ranges.sort()
     merged: list[list[int]] = []
@@ -215,14 +152,17 @@ def write_weights(
     """
     unique = [(items[i], layout.offsets[i]) for i in layout.unique]
     total = sum(item.size for item, _ in unique)
-    runs = _runs(unique)
+    file_runs = runs(unique)
     memory = [(item, offset) for item, offset in unique if item.ref is None]
     policy = copy_policy(fd)
-    _preallocate(fd, layout.total, runs, memory, policy)
+    _preallocate(fd, layout.total, file_runs, memory, policy)
     with CopyEngine(chunk_size, progress, total, policy) as engine:
-        for run in runs:
-            with files.lease(run.source) as src:
-                _copy_run(engine, src, fd, run)
+        for group in groups(file_runs, policy, chunk_size):
+            with files.lease(group[0].source) as src:
+                if len(group) == 1:
+                    copy_run(engine, src, fd, group[0])
+                else:
+                    copy_batch(engine, src, fd, group)
         _write_memory(fd, memory, threads, engine.advance)
     _set_size(fd, layout.total)
     if progress is not None and total == 0:

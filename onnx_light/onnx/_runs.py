@@ -1,0 +1,188 @@
+"""File-backed tensors grouped for copying: runs, and batches of small runs.
+
+A *run* is tensors whose bytes follow on both in the source and in the
+destination: one copy moves them all. A model already aligned, or re-aligned
+densely, is one run per source file.
+
+A *batch* is consecutive small runs of one source that lie within
+:data:`BATCH_BYTES` of each other on both sides: their source span is read
+once and their destination span written once, from one buffer. Two hundred
+thousand tensors of a few bytes, each alone on its 4096-byte page, then take
+two hundred system calls instead of four hundred thousand. Runs whose blocks
+the filesystem may share (congruent, on XFS or btrfs) are never batched: the
+kernel shares them instead of copying.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ._copy import CopyEngine, pwrite_all
+from ._errors import TruncatedFileError
+from ._fs import CopyPolicy
+from ._sources import SourceFile
+
+if TYPE_CHECKING:
+    from ._writer import Item
+
+SMALL_RUN = 64 * 1024  # runs shorter than this may be batched
+BATCH_BYTES = 4 * 1024 * 1024  # the most a batch reads, and the most it writes
+
+
+@dataclass
+class Run:
+    """File-backed tensors whose bytes follow on in the source and in the destination."""
+
+    source: SourceFile
+    src: int
+    dst: int
+    length: int
+    items: list[Item]
+
+    @property
+    def file(self) -> str:
+        return self.source.path
+
+
+def runs(unique: list[tuple[Item, int]]) -> list[Run]:
+    """Group file-backed items into runs copied in one go (fewer, longer system calls).
+
+    Args:
+        unique: ``(item, destination offset)`` in the layout's order.
+
+    Returns:
+        The runs, in the same order; padding between two tensors starts a new run.
+    """
+    out: list[Run] = []
+    last = None
+    for item, offset in unique:
+        ref = item.ref
+        if ref is None:
+            continue
+        if (
+            last is not None
+            and last.source is ref.source
+            and last.src + last.length == ref.offset
+            and last.dst + last.length == offset
+        ):
+            last.length += ref.length
+            last.items.append(item)
+        else:
+            last = Run(ref.source, ref.offset, offset, ref.length, [item])
+            out.append(last)
+    return out
+
+
+def groups(all_runs: list[Run], policy: CopyPolicy, chunk_size: int) -> Iterator[list[Run]]:
+    """Yield the runs one by one, except small ones gathered into batches.
+
+    A batch holds runs of one source whose source bytes lie within
+    ``limit`` = min(:data:`BATCH_BYTES`, ``chunk_size``) and whose
+    destination bytes too (so progress still moves by at most a chunk).
+    """
+    limit = min(BATCH_BYTES, chunk_size)
+    batch: list[Run] = []
+    lo = hi = 0
+    for run in all_runs:
+        small = run.length < min(SMALL_RUN, limit) and not (
+            policy.shares_blocks and policy.congruent(run.src, run.dst)
+        )
+        if batch and (
+            not small
+            or run.source is not batch[0].source
+            or max(hi, run.src + run.length) - min(lo, run.src) > limit
+            or run.dst + run.length - batch[0].dst > limit
+        ):
+            yield batch
+            batch = []
+        if not small:
+            yield [run]
+            continue
+        if not batch:
+            lo, hi = run.src, run.src + run.length
+        lo, hi = min(lo, run.src), max(hi, run.src + run.length)
+        batch.append(run)
+    if batch:
+        yield batch
+
+
+class _What:
+    """Which tensors a copy moves, formatted only when a message needs it."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    def __str__(self) -> str:
+        items, file = self.run.items, self.run.file
+        if len(items) == 1:
+            return f"tensor {items[0].site.label} in {file!r}"
+        return f"tensors {items[0].site.label} to {items[-1].site.label} in {file!r}"
+
+
+def _truncated(run: Run, position: int) -> TruncatedFileError:
+    """The error for a source that ended ``position`` bytes into ``run``."""
+    for item in run.items:
+        if position < item.size:
+            break
+        position -= item.size
+    return TruncatedFileError(
+        f"tensor {item.site.label} in {run.file!r}: the source file ended early "
+        "(truncated while copying?)"
+    )
+
+
+def copy_run(engine: CopyEngine, src: int, dst: int, run: Run) -> None:
+    """Copy one run; a truncated source names the tensor where the bytes ran out."""
+    before = engine.done
+    try:
+        engine.copy(src, run.src, dst, run.dst, run.length, _What(run))
+    except TruncatedFileError:
+        if len(run.items) == 1:
+            raise
+        raise _truncated(run, engine.done - before) from None
+
+
+def copy_batch(engine: CopyEngine, src: int, dst: int, batch: list[Run]) -> None:
+    """Copy small runs through one buffer: one read of their source span, one write.
+
+    The gaps of the destination span are written as zeros (the padding).
+
+    Raises:
+        TruncatedFileError: the source ended early, naming the first tensor
+            whose bytes are missing.
+        OSError: disk full, I/O error.
+    """
+    lo = min(run.src for run in batch)
+    hi = max(run.src + run.length for run in batch)
+    data = _read_upto(src, hi - lo, lo)
+    base = batch[0].dst
+    out = bytearray(batch[-1].dst + batch[-1].length - base)
+    view = memoryview(data)
+    for run in batch:
+        start = run.src - lo
+        if start + run.length > len(data):
+            raise _truncated(run, max(0, len(data) - start))
+        out[run.dst - base : run.dst - base + run.length] = view[start : start + run.length]
+    pwrite_all(dst, out, base)
+    engine.advance(sum(run.length for run in batch))
+
+
+def _read_upto(fd: int, length: int, offset: int) -> bytes:
+    """Read ``length`` bytes at ``offset``, fewer only when the file ends first."""
+    data = os.pread(fd, length, offset)
+    if len(data) == length:
+        return data
+    parts = [data]
+    done = len(data)
+    while done < length:
+        more = os.pread(fd, length - done, offset + done)
+        if not more:
+            break
+        parts.append(more)
+        done += len(more)
+    return b"".join(parts)
