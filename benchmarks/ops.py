@@ -44,6 +44,12 @@ def copyfile(p: Paths, out: str) -> Case:
     return Case(lambda: shutil.copyfile(p.two_data, dst), [dst])
 
 
+def copyfile_aligned(p: Paths, out: str) -> Case:
+    """Kernel copy of the aligned source's ``.data`` (which XFS and btrfs may share)."""
+    dst = os.path.join(out, DATA)
+    return Case(lambda: shutil.copyfile(p.aligned_data, dst), [dst])
+
+
 def _light_align(src: str, out: str) -> Case:
     dst = os.path.join(out, MODEL)
     return Case(
@@ -79,6 +85,31 @@ def ir_align(p: Paths, out: str) -> Case:
     return _ir_align(p.two, out)
 
 
+def align_aligned(p: Paths, out: str) -> Case:
+    """onnx-light: re-align a source whose weights already start on 4096-byte boundaries."""
+    return _light_align(p.aligned, out)
+
+
+def ir_align_aligned(p: Paths, out: str) -> Case:
+    """onnx-ir: ``ir.load`` + ``ir.save(alignment=4096)`` of the aligned source."""
+    return _ir_align(p.aligned, out)
+
+
+def align_many(p: Paths, out: str) -> Case:
+    """onnx-light: re-align 200,000 tensors of 64 bytes."""
+    return _light_align(p.many, out)
+
+
+def align_quarter(p: Paths, out: str) -> Case:
+    """onnx-light: re-align a quarter as many (50,000): time must scale linearly."""
+    return _light_align(p.quarter, out)
+
+
+def ir_align_many(p: Paths, out: str) -> Case:
+    """onnx-ir: ``ir.load`` + ``ir.save(alignment=4096)`` of the 200,000 tensors."""
+    return _ir_align(p.many, out)
+
+
 def onnx_loadsave(p: Paths, out: str) -> Case:
     """onnx: ``onnx.load`` + ``onnx.save(save_as_external_data=True)`` (no alignment)."""
     dst = os.path.join(out, MODEL)
@@ -99,6 +130,64 @@ def light_loadsave(p: Paths, out: str) -> Case:
         onnxl.save(model, dst, DATA, options=_options())
 
     return Case(run, [dst, os.path.join(out, DATA)])
+
+
+def light_save(p: Paths, out: str) -> Case:
+    """onnx-light: ``save(alignment=4096)`` of the two-file model loaded in memory."""
+    model = onnxl.load(p.two)
+    dst = os.path.join(out, MODEL)
+    return Case(
+        lambda: onnxl.save(model, dst, DATA, options=_options()), [dst, os.path.join(out, DATA)]
+    )
+
+
+def onnx_save(p: Paths, out: str) -> Case:
+    """onnx: ``onnx.save(save_as_external_data=True)`` of the same model in memory."""
+    model = onnx.load(p.two)
+    dst = os.path.join(out, MODEL)
+    return Case(
+        lambda: onnx.save(model, dst, save_as_external_data=True, location=DATA),
+        [dst, os.path.join(out, DATA)],
+    )
+
+
+def ir_save(p: Paths, out: str) -> Case:
+    """onnx-ir: ``ir.save(alignment=4096)`` of the same model, its tensors in memory."""
+    model = ir.serde.deserialize_model(onnx.load(p.two))
+    dst = os.path.join(out, MODEL)
+
+    def run():
+        ir.save(
+            model,
+            dst,
+            external_data=DATA,
+            size_threshold_bytes=1024,
+            alignment=ALIGNMENT,
+            align_threshold=0,
+        )
+
+    return Case(run, [dst, os.path.join(out, DATA)])
+
+
+def floor_copy(p: Paths, out: str) -> Case:
+    """The floor of any load returning a ModelProto: ``tensor.raw_data = data`` for
+    every weight, its bytes already read (protobuf's copy, under the GIL)."""
+    model = onnx.load(p.two, load_external_data=False)
+    tensors, blobs = [], []
+    with open(p.two_data, "rb") as f:
+        for t in model.graph.initializer:
+            entries = {e.key: e.value for e in t.external_data}
+            if not entries:
+                continue  # small tensors stay inline
+            f.seek(int(entries.get("offset", 0)))
+            blobs.append(f.read(int(entries["length"])))
+            tensors.append(t)
+
+    def run():
+        for t, data in zip(tensors, blobs, strict=True):
+            t.raw_data = data
+
+    return Case(run)
 
 
 def onnx_load(p: Paths, out: str) -> Case:
@@ -208,6 +297,16 @@ OPS: dict[str, Callable[[Paths, str], Case]] = {
         copyfile,
         align,
         ir_align,
+        copyfile_aligned,
+        align_aligned,
+        ir_align_aligned,
+        align_many,
+        align_quarter,
+        ir_align_many,
+        light_save,
+        onnx_save,
+        ir_save,
+        floor_copy,
         onnx_loadsave,
         light_loadsave,
         onnx_load,

@@ -61,27 +61,52 @@ def _ratio(a: float, b: float) -> float:
     return a / b
 
 
+FS_SEP = " on "  # a size label on another filesystem: "1GiB on xfs"
+
+
+def split_label(label: str) -> tuple[str, str | None]:
+    """``"1GiB on xfs"`` -> ``("1GiB", "xfs")``; ``"1GiB"`` -> ``("1GiB", None)``."""
+    size, _, fs = label.partition(FS_SEP)
+    return size, fs or None
+
+
+def _reference(rounds: list, figure: str):
+    """Round by round, the smallest figure of the references (None if one is missing)."""
+    out = []
+    for recs in zip(*rounds):
+        values = [r[figure] for r in recs if r is not None and r[figure] is not None]
+        out.append(min(values) if len(values) == len(recs) else None)
+    return out
+
+
 def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
-    """One result per (row, size) whose operations were measured.
+    """One result per (row, size label) whose operations were measured.
 
     Args:
         rows: the rows to evaluate.
-        plan: ``[(size, operations)]`` that was run.
-        records: ``{(size, op): [record or None per round]}`` (None: the worker failed).
+        plan: ``[(size label, operations)]`` that was run.
+        records: ``{(size label, op): [record or None per round]}`` (None: the
+            worker failed).
 
     Returns:
         Dicts with the table's columns plus raw numbers (``value_raw``,
-        ``ref_raw``, ``ratio_raw``, ``rounds``, ``passed``).
+        ``ref_raw``, ``ratio_raw``, ``rounds``, ``passed``) and ``fs``.
     """
     out = []
-    for size, ops in plan:
+    for label, ops in plan:
+        size, fs = split_label(label)
         for row in rows:
-            if row.op not in ops or row.ref not in ops:
+            if row.op not in ops or any(r not in ops for r in row.refs):
                 continue
-            mine, theirs = records[(size, row.op)], records[(size, row.ref)]
+            if row.sizes is not None and size not in row.sizes:
+                continue
+            mine = records[(label, row.op)]
+            theirs_rounds = [records[(label, r)] for r in row.refs]
+            reference = _reference(theirs_rounds, row.figure)
+            theirs = [r for rs in theirs_rounds for r in rs]
             pairs = [
-                (a[row.figure], b[row.figure])
-                for a, b in zip(mine, theirs)
+                (a[row.figure], b)
+                for a, b in zip(mine, reference)
                 if a is not None and b is not None and a[row.figure] is not None
             ]
             if not pairs:
@@ -96,7 +121,7 @@ def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
                     "values": " ".join(f"{a:.6g}" for a, _ in pairs),
                     "ref_values": " ".join(f"{b:.6g}" for _, b in pairs),
                     "others_cpu": max(
-                        (r or {}).get("others_cpu", 0.0) for r in list(mine) + list(theirs)
+                        (r or {}).get("others_cpu", 0.0) for r in list(mine) + theirs
                     ),
                 }
                 value = statistics.median(a for a, _ in pairs)
@@ -112,15 +137,16 @@ def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
                 {
                     "operation": LABELS[row.op],
                     "size": size,
+                    "fs": fs,
                     "figure": FIGURES[row.figure],
                     "value": fmt(row.figure, value),
-                    "reference": LABELS[row.ref],
+                    "reference": row.ref_label(),
                     "ref value": fmt(row.figure, ref),
                     "ratio": "n/a" if math.isnan(ratio) else f"{ratio:.3f}",
                     "target": row.target_text(),
                     "result": verdict,
                     "op": row.op,
-                    "ref_op": row.ref,
+                    "ref_op": "+".join(row.refs),
                     "fig": row.figure,
                     "kind": row.kind,
                     "target_raw": row.target,
@@ -135,18 +161,36 @@ def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
     return out
 
 
-def markdown(results: list[dict], header: str, footer: str) -> str:
-    lines = [header, "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for r in results:
-        cells = [str(r[c]) for c in COLUMNS]
-        if r["result"] in ("FAIL", "ERROR"):
-            cells[-1] = f"**{cells[-1]}**"
-        lines.append("| " + " | ".join(cells) + " |")
+def markdown(
+    results: list[dict], header: str, footer: str, filesystems: dict[str | None, str]
+) -> str:
+    """The report: one table per filesystem.
+
+    Args:
+        results: from :func:`evaluate`.
+        header: text before the tables.
+        footer: text after them.
+        filesystems: a heading per filesystem key (None: the work dir's own),
+            in the order the tables come; a filesystem without results gets
+            its heading and no table (the heading says why).
+    """
+    lines = [header]
+    for fs, heading in filesystems.items():
+        lines += ["", f"## {heading}", ""]
+        mine = [r for r in results if r["fs"] == fs]
+        if not mine:
+            continue
+        lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        for r in mine:
+            cells = [str(r[c]) for c in COLUMNS]
+            if r["result"] in ("FAIL", "ERROR"):
+                cells[-1] = f"**{cells[-1]}**"
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines + ["", footer, ""])
 
 
 def write_csv(results: list[dict], path: str) -> None:
-    keys = COLUMNS + ["op", "ref_op", "fig", "kind", "target_raw", "value_raw", "ref_raw"]
+    keys = COLUMNS + ["fs", "op", "ref_op", "fig", "kind", "target_raw", "value_raw", "ref_raw"]
     keys += ["ratio_raw", "rounds", "value_min", "ref_min", "values", "ref_values", "others_cpu"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, keys, extrasaction="ignore")
@@ -166,9 +210,8 @@ def plot(results: list[dict], path: str, title: str) -> None:
     for r in rows:
         measured = r["ratio_raw"] if r["kind"] == "ratio" else r["value_raw"]
         shown = r["ratio"] + "x" if r["kind"] == "ratio" else r["value"]
-        labels.append(
-            f"{r['op']} {r['fig']} vs {r['ref_op']} [{r['size']}]: {shown} ({r['target']})"
-        )
+        where = r["size"] + (f" {r['fs']}" if r["fs"] else "")
+        labels.append(f"{r['op']} {r['fig']} vs {r['ref_op']} [{where}]: {shown} ({r['target']})")
         values.append(max(measured / r["target_raw"], 1e-3))
         colors.append("tab:green" if r["passed"] else "tab:red")
     fig, ax = plt.subplots(figsize=(10, 0.42 * len(rows) + 1.6))

@@ -3,7 +3,9 @@
 Writes the source models once into a work dir, then for each round, for each
 size: reads the sources once (warm page cache), and runs every operation in a
 fresh process (``worker.py``), interleaved (every round runs each operation
-once, in a new seeded order).
+once, in a new seeded order). The re-align rows run again on XFS and btrfs
+images, loop-mounted (as root, with mkfs.xfs / mkfs.btrfs; skipped with the
+reason otherwise), with their sources copied there.
 Prints the results table and writes ``benchmarks/results/<name>.md``,
 ``.csv`` and ``.png`` (``latest`` by default, ``smoke`` with ``--smoke``,
 ``partial`` when ``--only`` or ``--sizes`` filters the suite).
@@ -15,6 +17,7 @@ crash fails (tiny sizes say nothing about the targets).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -28,7 +31,10 @@ import time
 
 import report
 import sources
-from suite import GROUPS, ROWS, TIMELINE, plan
+from suite import GROUPS, ROWS, TIMELINE, fs_plan, plan
+
+from onnx_light.bench.filesystems import loop_mount, unavailable
+from onnx_light.onnx._fs import copy_policy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -38,7 +44,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=None, help="rounds (default 3, 1 with --smoke)")
     p.add_argument("--workdir", help="where the sources go (kept and reused); default: a temp dir")
-    p.add_argument("--large", action="store_true", help="add the 4 GiB two-file model")
+    p.add_argument(
+        "--filesystems",
+        default="xfs,btrfs",
+        help="other filesystems to re-align on, loop-mounted (default xfs,btrfs; 'none')",
+    )
     p.add_argument("--smoke", action="store_true", help="tiny sizes, 1 round: the suite runs")
     p.add_argument("--only", help=f"comma-separated groups among {','.join(GROUPS)}")
     p.add_argument("--sizes", help="comma-separated size names to keep (e.g. 1GiB)")
@@ -55,14 +65,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"unknown group(s) {unknown}; known: {list(GROUPS)}")
     args.groups = groups
     if args.smoke:
-        args.two, args.single = ["2MiB"], ["2MiB"]
+        args.sizes_of = {"two": ["2MiB"], "large": [], "single": ["2MiB"]}
     else:
-        args.two = ["96MiB", "1GiB"] + (["4GiB"] if args.large else [])
-        args.single = ["1GiB"]
+        args.sizes_of = {"two": ["96MiB", "1GiB"], "large": ["4GiB"], "single": ["1GiB"]}
     if args.sizes:
         keep = args.sizes.split(",")
-        args.two = [s for s in args.two if s in keep]
-        args.single = [s for s in args.single if s in keep]
+        args.sizes_of = {k: [s for s in v if s in keep] for k, v in args.sizes_of.items()}
+    args.filesystems = [f for f in args.filesystems.split(",") if f and f != "none"]
     if args.output is None:
         args.output = "smoke" if args.smoke else "partial" if args.only or args.sizes else "latest"
     return args
@@ -116,16 +125,21 @@ def run_worker(op: str, workdir: str, size: str, timeout: float) -> dict | None:
     return record
 
 
-def measure(args, workdir: str, todo) -> dict:
-    """Run every round; return ``{(size, op): [record or None per round]}``."""
-    records: dict = {(size, op): [] for size, ops in todo for op in ops}
+def measure(args, todo) -> dict:
+    """Run every round; return ``{(size label, op): [record or None per round]}``.
+
+    Args:
+        args: the parsed options.
+        todo: ``[(size label, work dir, size, [operations])]``.
+    """
+    records: dict = {(label, op): [] for label, _, _, ops in todo for op in ops}
     for r in range(args.rounds):
-        for size, ops in todo:
+        for label, workdir, size, ops in todo:
             paths = sources.Paths(workdir, size)
             t0 = time.perf_counter()
-            n = sources.warm(paths.files(["two", "single", "aligned", "forest"]))
+            n = sources.warm(paths.files(sources.KINDS))
             log(
-                f"[round {r + 1}/{args.rounds}] {size}: page cache warmed "
+                f"[round {r + 1}/{args.rounds}] {label}: page cache warmed "
                 f"({n / sources.MiB:.0f} MiB read in {time.perf_counter() - t0:.1f} s)"
             )
             # a new order each round (seeded): an operation run right after one
@@ -137,7 +151,7 @@ def measure(args, workdir: str, todo) -> dict:
             for op in order:
                 os.sync()  # no write-back of earlier outputs during this one
                 rec = run_worker(op, workdir, size, args.timeout)
-                records[(size, op)].append(rec)
+                records[(label, op)].append(rec)
                 if rec is not None:
                     extra = ""
                     if rec["anon"] is not None:
@@ -153,29 +167,47 @@ def measure(args, workdir: str, todo) -> dict:
     return records
 
 
+def _fs_name(path: str) -> str:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return copy_policy(fd).filesystem
+    finally:
+        os.close(fd)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    todo = plan(args.groups, args.two, args.single)
-    if not todo:
+    main_plan = plan(args.groups, args.sizes_of)
+    other_plan = fs_plan(args.groups, args.sizes_of["single"])
+    if not main_plan:
         log("nothing to run: --only/--sizes left no operation")
         return 2
     workdir = args.workdir or tempfile.mkdtemp(prefix="onnx-light-bench-", dir="/tmp")
     workdir = os.path.abspath(workdir)
     load_before = os.getloadavg()
+    headings = {None: f"{_fs_name(workdir)} (the work dir, {workdir})"}
     try:
-        log(f"sources in {workdir}")
-        sources.ensure(workdir, args.two, args.single, log)
-        records = measure(args, workdir, todo)
+        with contextlib.ExitStack() as stack:
+            log(f"sources in {workdir}")
+            two = args.sizes_of["two"] + args.sizes_of["large"]
+            sources.ensure(workdir, two, args.sizes_of["single"], log)
+            todo = [(size, workdir, size, ops) for size, ops in main_plan]
+            for fs in args.filesystems if other_plan else []:
+                root = _mount(stack, fs, workdir, args, headings)
+                if root is not None:
+                    todo += [(f"{size} on {fs}", root, size, ops) for size, ops in other_plan]
+            records = measure(args, todo)
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
+    plan_labels = [(label, ops) for label, _, _, ops in todo]
     load_after = os.getloadavg()
     others = [r.get("others_cpu", 0.0) for v in records.values() for r in v if r is not None]
     others_text = (
         f"{statistics.median(others):.2f} median, {max(others):.2f} max" if others else "n/a"
     )
 
-    results = report.evaluate(ROWS, todo, records)
+    results = report.evaluate(ROWS, plan_labels, records)
     command = "benchmarks/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     machine = report.machine_line(ROOT)
     header = f"# onnx-light benchmarks ({args.output})\n\n{machine}\n\ncommand: `{command.strip()}`"
@@ -190,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{load_before[0]:.2f} / {load_after[0]:.2f}; CPUs used by other processes "
         f"during the measurements: {others_text} (of {os.cpu_count()})."
     )
-    text = report.markdown(results, header, footer)
+    text = report.markdown(results, header, footer, headings)
     print(text)
     out_dir = os.path.join(HERE, "results")
     os.makedirs(out_dir, exist_ok=True)
@@ -211,6 +243,29 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{len(failed)} target(s) missed")
         return 1
     return 0
+
+
+def _mount(stack, fs: str, workdir: str, args, headings: dict) -> str | None:
+    """Loop-mount a ``fs`` image under the work dir and copy the sources in.
+
+    Returns:
+        The work dir on it, or None (the heading then says why it was skipped).
+    """
+    reason = unavailable(fs)
+    if reason is None:
+        try:
+            size = 8 * 1024**3 if not args.smoke else 0
+            mnt = stack.enter_context(loop_mount(fs, size, workdir))
+        except RuntimeError as e:
+            reason = str(e)
+    if reason is not None:
+        log(f"{fs}: skipped ({reason})")
+        headings[fs] = f"{fs}: skipped ({reason})"
+        return None
+    headings[fs] = f"{fs} (a loop-mounted image, direct I/O, on the work dir's disk)"
+    root = os.path.join(mnt, "bench")
+    sources.copy_into(workdir, root, args.sizes_of["single"], ["two", "aligned"], log)
+    return root
 
 
 if __name__ == "__main__":

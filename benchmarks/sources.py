@@ -2,10 +2,13 @@
 
 Layout of the work dir, for each size name ``S``::
 
-    two-S/model.onnx (+ model.onnx.data)   onnx.save(save_as_external_data=True)
+    two-S/model.onnx (+ model.onnx.data)   onnx.save(save_as_external_data=True), an
+                                           8000-byte table first: no weight on a page
     single-S/model.onnx                    onnx.save, one file (single-file sizes only)
     aligned-S/model.onnx (+ .data)         align_external_data_streaming(two-S, 4096)
     forest-S/model.onnx                    a tree ensemble, metadata only (single-file sizes)
+    many-S/model.onnx (+ .data)            200,000 tensors of 64 bytes (single-file sizes)
+    quarter-S/model.onnx (+ .data)         a quarter as many
     out/                                   scratch space of the workers
 
 ``manifest.json`` records what was written; a later run with the same
@@ -32,6 +35,11 @@ SIZES = {
 # name -> nodes of onnx_light.bench.make_forest_model (500,000 nodes: about 21 MB)
 FOREST_NODES = {"tiny": 2_000, "2MiB": 20_000}
 FOREST_DEFAULT = 500_000
+# name -> tensors of onnx_light.bench.make_many_tensors_model
+MANY_TENSORS = {"tiny": 2_000, "2MiB": 8_000}
+MANY_DEFAULT = 200_000
+LEAD_TABLE = 8000  # bytes of the int64 table before the weights of the two-file sources
+KINDS = ("two", "single", "aligned", "forest", "many", "quarter")
 ALIGNMENT = 4096
 MODEL = "model.onnx"
 DATA = "model.onnx.data"
@@ -65,11 +73,23 @@ class Paths:
         return os.path.join(self.root, f"aligned-{self.size}", MODEL)
 
     @property
+    def aligned_data(self) -> str:
+        return os.path.join(self.root, f"aligned-{self.size}", DATA)
+
+    @property
+    def many(self) -> str:
+        return os.path.join(self.root, f"many-{self.size}", MODEL)
+
+    @property
+    def quarter(self) -> str:
+        return os.path.join(self.root, f"quarter-{self.size}", MODEL)
+
+    @property
     def out(self) -> str:
         return os.path.join(self.root, "out")
 
     def files(self, kinds) -> list[str]:
-        """Every existing file of the given kinds (``two``, ``single``, ``aligned``, ``forest``)."""
+        """Every existing file of the given kinds (among :data:`KINDS`)."""
         out = []
         for kind in kinds:
             folder = os.path.dirname(getattr(self, kind))
@@ -94,8 +114,12 @@ def _write(paths: Paths, kind: str, log) -> None:
         from onnx_light.bench import make_forest_model
 
         onnx.save(make_forest_model(_forest_nodes(paths.size)), target)
+    elif kind in ("many", "quarter"):
+        from onnx_light.bench import make_many_tensors_model
+
+        make_many_tensors_model(_spec(paths.size, kind)[0], os.path.dirname(target), MODEL)
     else:
-        model = make_gemm_model(n, dim)
+        model = make_gemm_model(n, dim, lead_table=LEAD_TABLE if kind == "two" else 0)
         if kind == "two":
             onnx.save(model, target, save_as_external_data=True, location=DATA)
         else:
@@ -109,7 +133,14 @@ def _forest_nodes(size: str) -> int:
 
 
 def _spec(size: str, kind: str) -> list:
-    return [_forest_nodes(size)] if kind == "forest" else list(SIZES[size])
+    if kind == "forest":
+        return [_forest_nodes(size)]
+    if kind in ("many", "quarter"):
+        n = MANY_TENSORS.get(size, MANY_DEFAULT)
+        return [n if kind == "many" else n // 4]
+    if kind in ("two", "aligned"):
+        return [*SIZES[size], LEAD_TABLE]
+    return list(SIZES[size])
 
 
 def ensure(root: str, two_file: list[str], single_file: list[str], log=print) -> None:
@@ -119,8 +150,8 @@ def ensure(root: str, two_file: list[str], single_file: list[str], log=print) ->
         root: the work dir.
         two_file: size names needing a two-file model.
         single_file: size names needing a single-file model, an aligned
-            two-file one (made from the two-file model of the same size) and
-            a tree ensemble.
+            two-file one (made from the two-file model of the same size), a
+            tree ensemble and the many-tensor models.
         log: where progress lines go.
     """
     os.makedirs(os.path.join(root, "out"), exist_ok=True)
@@ -130,7 +161,7 @@ def ensure(root: str, two_file: list[str], single_file: list[str], log=print) ->
         with open(manifest_path) as f:
             manifest = json.load(f)
     wanted = [(s, "two") for s in set(two_file) | set(single_file) | {"tiny"}]
-    wanted += [(s, k) for s in set(single_file) | {"tiny"} for k in ("single", "aligned", "forest")]
+    wanted += [(s, k) for s in set(single_file) | {"tiny"} for k in KINDS[1:]]
     wanted.sort(key=lambda sk: (SIZES[sk[0]][0] * SIZES[sk[0]][1] ** 2, sk[1] == "aligned"))
     wrote = False
     for size, kind in wanted:
@@ -145,6 +176,30 @@ def ensure(root: str, two_file: list[str], single_file: list[str], log=print) ->
         wrote = True
     if wrote:
         os.sync()  # write the sources back now, not during the measurements
+
+
+def copy_into(src_root: str, dst_root: str, sizes: list[str], kinds: list[str], log=print) -> None:
+    """Copy sources written in ``src_root`` into ``dst_root`` (another filesystem).
+
+    Args:
+        src_root: a work dir prepared by :func:`ensure`.
+        dst_root: the work dir on the other filesystem (created).
+        sizes: size names to copy (``tiny`` is always copied, for the warm-up).
+        kinds: kinds to copy, among :data:`KINDS`.
+        log: where progress lines go.
+    """
+    import shutil
+
+    os.makedirs(os.path.join(dst_root, "out"), exist_ok=True)
+    t0 = time.perf_counter()
+    for size in sorted(set(sizes) | {"tiny"}):
+        for kind in kinds:
+            folder = f"{kind}-{size}"
+            src = os.path.join(src_root, folder)
+            if os.path.isdir(src) and not os.path.isdir(os.path.join(dst_root, folder)):
+                shutil.copytree(src, os.path.join(dst_root, folder))
+    os.sync()
+    log(f"  copied {', '.join(kinds)} into {dst_root} in {time.perf_counter() - t0:.1f} s")
 
 
 def warm(files: list[str], chunk: int = 8 * MiB) -> int:

@@ -3,8 +3,10 @@
 - ``onnx_light.bench.memory``: the kernel's peak RSS (``VmHWM``) around an
   operation, and anonymous vs file-backed memory;
 - ``onnx_light.bench.timeline``: RSS sampled over time on a background thread;
-- ``onnx_light.bench.models``: synthetic Gemm models of any size, and a
-  tree ensemble (metadata only, millions of fields);
+- ``onnx_light.bench.models``: synthetic Gemm models of any size, a
+  tree ensemble (metadata only, millions of fields), and a model of many
+  tiny tensors;
+- ``onnx_light.bench.filesystems``: XFS and btrfs images, loop-mounted;
 - ``onnx_light.bench.timing``: the best wall time of several runs;
 - ``onnx_light.bench.figures``: one-picture summaries for the gallery;
 - ``onnx_light.bench.machine``: which machine a measurement was made on.
@@ -16,7 +18,13 @@ dependencies; all work on Linux (``/proc``) and degrade elsewhere.
 from .figures import summary_bars
 from .machine import describe_machine
 from .memory import PeakMemory, measure_peak, read_status
-from .models import make_forest_model, make_gemm_model, model_inputs, weights_nbytes
+from .models import (
+    make_forest_model,
+    make_gemm_model,
+    make_many_tensors_model,
+    model_inputs,
+    weights_nbytes,
+)
 from .timeline import RssTimeline
 from .timing import best_time
 
@@ -27,6 +35,7 @@ __all__ = [
     "describe_machine",
     "make_forest_model",
     "make_gemm_model",
+    "make_many_tensors_model",
     "measure_peak",
     "model_inputs",
     "read_status",

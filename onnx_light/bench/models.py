@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
 def make_gemm_model(
-    n_weights: int = 24, dim: int = 1024, seed: int = 0, opset: int = 18
+    n_weights: int = 24, dim: int = 1024, seed: int = 0, opset: int = 18, lead_table: int = 0
 ) -> onnx.ModelProto:
     """A chain of ``n_weights`` Gemm nodes, each with a ``dim x dim`` float32 weight.
 
@@ -22,6 +24,9 @@ def make_gemm_model(
         dim: size of each square weight.
         seed: seed of the random weights.
         opset: the ONNX opset.
+        lead_table: bytes of an int64 table (a multiple of 8) placed before
+            the weights, as exporters often write a small table or bias
+            first: saved as external data, no weight then starts on a page.
 
     Returns:
         The model, every weight inline in ``raw_data``.
@@ -29,6 +34,9 @@ def make_gemm_model(
     rng = np.random.default_rng(seed)
     scale = np.float32(1.0 / np.sqrt(dim))
     inits, nodes = [], []
+    if lead_table:
+        table = np.arange(lead_table // 8, dtype=np.int64)
+        inits.append(numpy_helper.from_array(table, "lead_table"))
     x = "X"
     for i in range(n_weights):
         w = (rng.standard_normal((dim, dim), dtype=np.float32) * scale).astype(np.float32)
@@ -53,6 +61,42 @@ def model_inputs(dim: int = 1024, batch: int = 2, seed: int = 1) -> dict[str, np
     """Inputs for :func:`make_gemm_model`: ``{"X": float32 [batch, dim]}``."""
     rng = np.random.default_rng(seed)
     return {"X": rng.standard_normal((batch, dim), dtype=np.float32)}
+
+
+def make_many_tensors_model(n_tensors: int, folder: str, name: str = "model.onnx") -> str:
+    """Write a two-file model of ``n_tensors`` float32 tensors of 16 values each.
+
+    A 100-byte table comes first, so no tensor starts on a page. The data
+    file is written in one go and the references set by hand: ``onnx.save``
+    of 200,000 external tensors takes tens of seconds.
+
+    Args:
+        n_tensors: how many tensors.
+        folder: an existing folder.
+        name: the model file's name; the data is ``name + ".data"``.
+
+    Returns:
+        The path of the model file.
+    """
+    rng = np.random.default_rng(0)
+    size, lead = 64, 100
+    location = name + ".data"
+    inits = []
+    for i, off in enumerate(range(lead, lead + n_tensors * size, size)):
+        t = TensorProto(name=f"t{i}", data_type=TensorProto.FLOAT, dims=[16])
+        t.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", location), ("offset", str(off)), ("length", "64")):
+            entry = t.external_data.add()
+            entry.key, entry.value = key, value
+        inits.append(t)
+    out = helper.make_tensor_value_info("t0", TensorProto.FLOAT, [16])
+    model = helper.make_model(helper.make_graph([], "many", [], [out], inits))
+    with open(os.path.join(folder, location), "wb") as f:
+        f.write(bytes(lead))
+        f.write(rng.standard_normal(n_tensors * 16, dtype=np.float32).tobytes())
+    path = os.path.join(folder, name)
+    onnx.save(model, path)
+    return path
 
 
 def weights_nbytes(n_weights: int, dim: int) -> int:
