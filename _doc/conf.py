@@ -6,7 +6,11 @@ directives render what only exists at build time:
 - ``.. onnx-light-help:: [SUBCOMMAND]`` prints the ``--help`` of the
   ``onnx-light`` command (from :func:`onnx_light.cli.build_parser`);
 - ``.. markdown-report:: PATH`` turns a Markdown report (the benchmark
-  results) into reStructuredText, or says it is missing.
+  results) into reStructuredText, or says it is missing;
+- ``:bench:`OP vs REF, FIGURE, SIZE, WHAT``` prints one number of the
+  committed benchmark report (``benchmarks/results/latest.csv``), so the
+  pages never state a measurement by hand; a row the report lacks fails
+  the build.
 
 ``make doc`` runs every gallery example at full size; with ``UNITTEST_GOING=1``
 in the environment the examples use small sizes (CI).
@@ -338,9 +342,60 @@ def literal_for_external(app, env, node, contnode):
     return None
 
 
+# -- Numbers of the benchmark report, quoted in the pages -----------------------
+
+BENCH_CSV = os.path.join(ROOT, "benchmarks", "results", "latest.csv")
+_bench_rows: list[dict] | None = None
+
+
+def _bench_table() -> list[dict]:
+    global _bench_rows
+    if _bench_rows is None:
+        import csv
+
+        with open(BENCH_CSV, newline="", encoding="utf-8") as f:
+            _bench_rows = list(csv.DictReader(f))
+    return _bench_rows
+
+
+def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``:bench:`align vs copyfile, seconds, 1GiB on xfs, ratio```: one number of the report.
+
+    ``WHAT`` is ``value``, ``ref`` (the reference's value), ``ratio`` or
+    ``result``; ``SIZE`` is the size, followed by `` on FS`` for the tables
+    of other filesystems.
+    """
+    try:
+        pair, figure, label, what = (x.strip() for x in text.split(","))
+        op, ref = (x.strip() for x in pair.split(" vs "))
+    except ValueError:
+        msg = inliner.reporter.error(f"bench: expected 'OP vs REF, FIGURE, SIZE, WHAT': {text!r}")
+        return [inliner.problematic(rawtext, rawtext, msg)], [msg]
+    size, _, fs = label.partition(" on ")
+    for row in _bench_table():
+        if (row["op"], row["ref_op"], row["fig"], row["size"], row["fs"]) == (
+            op,
+            ref,
+            figure,
+            size,
+            fs,
+        ):
+            shown = {
+                "value": row["value"],
+                "ref": row["ref value"],
+                "ratio": f"{float(row['ratio_raw']):.2f}x" if row["ratio_raw"] else "n/a",
+                "result": row["result"],
+            }.get(what)
+            if shown is not None:
+                return [nodes.Text(shown)], []
+    msg = inliner.reporter.error(f"bench: no row {text!r} in {BENCH_CSV}")
+    return [inliner.problematic(rawtext, rawtext, msg)], [msg]
+
+
 def setup(app):
     app.add_directive("onnx-light-help", OnnxLightHelp)
     app.add_directive("markdown-report", MarkdownReport)
+    app.add_role("bench", bench_role)
     app.connect("builder-inited", check_api_pages)
     app.connect("missing-reference", literal_for_external)
     return {"parallel_read_safe": True}

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 
+import kernel_profile as kprofile
 import report
 import sources
 from suite import GROUPS, ROWS, TIMELINE, fs_plan, plan
@@ -53,6 +54,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--only", help=f"comma-separated groups among {','.join(GROUPS)}")
     p.add_argument("--sizes", help="comma-separated size names to keep (e.g. 1GiB)")
     p.add_argument("--output", help="results name under benchmarks/results/")
+    p.add_argument(
+        "--no-profile", action="store_true", help="skip the kernel profiles (perf) of the copies"
+    )
     p.add_argument("--timeout", type=float, default=3600, help="seconds per worker")
     args = p.parse_args(argv)
     if args.rounds is None:
@@ -175,6 +179,41 @@ def _fs_name(path: str) -> str:
         os.close(fd)
 
 
+PAGE_REPORTING = "/sys/module/page_reporting/parameters/min_free_ms"
+HOLD_FREE_MS = 600_000
+
+
+@contextlib.contextmanager
+def held_free_pages():
+    """Keep freed memory in the guest during the run, where a VM reports it to its host.
+
+    Some virtual machines hand every freed block back to the host at once
+    (``page_reporting`` with ``min_free_ms=0``); the next process that touches
+    such memory faults at the host's level, and a copy into the page cache
+    then runs 2 to 10 times slower, at random. As root, the delay before a
+    free block is reported is raised for the run and put back afterwards.
+
+    Yields:
+        A sentence for the report's footer (None when nothing was changed).
+    """
+    try:
+        with open(PAGE_REPORTING) as f:
+            before = f.read().strip()
+        with open(PAGE_REPORTING, "w") as f:
+            f.write(str(HOLD_FREE_MS))
+    except OSError:
+        yield None
+        return
+    try:
+        yield (
+            f"Free-page reporting to the host delayed from {before} ms to {HOLD_FREE_MS} ms "
+            "during the run (restored after), so freed memory stays backed."
+        )
+    finally:
+        with open(PAGE_REPORTING, "w") as f:
+            f.write(before)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     main_plan = plan(args.groups, args.sizes_of)
@@ -188,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     headings = {None: f"{_fs_name(workdir)} (the work dir, {workdir})"}
     try:
         with contextlib.ExitStack() as stack:
+            held = stack.enter_context(held_free_pages())
+            if held:
+                log(held)
             log(f"sources in {workdir}")
             two = args.sizes_of["two"] + args.sizes_of["large"]
             sources.ensure(workdir, two, args.sizes_of["single"], log)
@@ -197,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                 if root is not None:
                     todo += [(f"{size} on {fs}", root, size, ops) for size, ops in other_plan]
             records = measure(args, todo)
+            profiles, profile_note = _profiles(args, todo)
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -221,8 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         "every ms. Load average (1 min) before / after: "
         f"{load_before[0]:.2f} / {load_after[0]:.2f}; CPUs used by other processes "
         f"during the measurements: {others_text} (of {os.cpu_count()})."
+        + (f" {held}" if held else "")
     )
     text = report.markdown(results, header, footer, headings)
+    if profiles or profile_note:
+        text += "\n" + kprofile.markdown(profiles, profile_note)
     print(text)
     out_dir = os.path.join(HERE, "results")
     os.makedirs(out_dir, exist_ok=True)
@@ -243,6 +289,27 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{len(failed)} target(s) missed")
         return 1
     return 0
+
+
+PROFILED = ("copyfile", "align", "copyfile_aligned", "align_aligned")
+
+
+def _profiles(args, todo) -> tuple[dict, str | None]:
+    """Kernel profiles of the copies at the single-file size, on each filesystem."""
+    if args.no_profile or args.smoke:
+        return {}, None
+    note = kprofile.unavailable()
+    if note:
+        return {}, note
+    out: dict = {}
+    for label, workdir, size, ops in todo:
+        if size not in args.sizes_of["single"]:
+            continue
+        fs = report.split_label(label)[1] or _fs_name(workdir)
+        for op in (o for o in PROFILED if o in ops):
+            log(f"    profiling {op} [{label}]")
+            out.setdefault(fs, {})[op] = kprofile.kernel_profile(op, workdir, size)
+    return out, None
 
 
 def _mount(stack, fs: str, workdir: str, args, headings: dict) -> str | None:

@@ -48,7 +48,7 @@ _TYPED_FIELDS = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TensorRef:
     """A validated external reference.
 
@@ -154,12 +154,13 @@ class _Label:
         return self.prefix + self.site.label
 
 
-def _int_entry(entries: dict[str, str], key: str, label, file: str) -> int | None:
+def _int_entry(entries: dict[str, str], key: str, site: TensorSite, file: str) -> int | None:
     raw = entries.get(key)
     if raw is None:
         return None
     if len(raw) < 19 and raw.isdigit() and raw.isascii():
         return int(raw)  # the common case: plain decimal digits, below 2**63
+    label = site.label
     digits = raw[1:] if raw.startswith("-") else raw
     if digits.isascii() and digits.isdigit() and len(digits.lstrip("0")) > MAX_DIGITS:
         raise ExternalDataError(
@@ -324,9 +325,8 @@ class Resolver:
                 source = self.files.data(self.base_dir, self.roots, location, _Label(site))
                 self._sources[location] = source
         file, size = source.path, source.size
-        label = _Label(site)
-        offset = _int_entry(entries, "offset", label, file) or 0
-        length = _int_entry(entries, "length", label, file)
+        offset = _int_entry(entries, "offset", site, file) or 0
+        length = _int_entry(entries, "length", site, file)
         if offset > size:
             raise ExternalDataError(
                 f"tensor {site.label} in {file!r}: offset {offset} is past the end "
@@ -339,8 +339,10 @@ class Resolver:
                 f"tensor {site.label} in {file!r}: bytes [{offset}, {offset + length}) "
                 f"run past the end of the file ({size} bytes)"
             )
-        if source is not self._inline_source:
-            check_length(site, length, file)  # inline bytes are checked if they move
+        if source is not self._inline_source:  # inline bytes are checked if they move
+            expected = tensor_nbytes(site.tensor)
+            if expected is not None and expected != length:
+                check_length(site, length, file)
         return TensorRef(site, source, offset, length, entries)
 
 

@@ -32,7 +32,7 @@ SMALL_RUN = 64 * 1024  # runs shorter than this may be batched
 BATCH_BYTES = 4 * 1024 * 1024  # the most a batch reads, and the most it writes
 
 
-@dataclass
+@dataclass(slots=True)
 class Run:
     """File-backed tensors whose bytes follow on in the source and in the destination."""
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property
 from math import prod
 
 import onnx
@@ -30,7 +29,7 @@ _BITS = {
 }  # fmt: skip
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TensorSite:
     """A tensor of a model and where it sits.
 
@@ -47,7 +46,7 @@ class TensorSite:
         """True for the values or indices of a sparse tensor."""
         return bool(self.path) and self.path[-1][0] in ("values", "indices")
 
-    @cached_property
+    @property
     def label(self) -> str:
         """A human name: the tensor's name and, when it has none, its path."""
         where = path_to_str(self.path)

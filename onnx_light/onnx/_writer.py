@@ -29,7 +29,7 @@ IN_FLIGHT_BYTES = 64 * 1024 * 1024
 PREALLOCATE_BYTES = 1024 * 1024
 
 
-@dataclass
+@dataclass(slots=True)
 class Item:
     """A tensor to place in the weights file.
 
@@ -102,7 +102,7 @@ def _preallocate(fd: int, total: int, all_runs: list[Run], memory, policy: CopyP
     Where blocks can be shared, the ranges of congruent runs are left out:
     the copy shares their blocks instead of filling reserved ones.
     """
-    if total < PREALLOCATE_BYTES:
+    if total < PREALLOCATE_BYTES or not policy.preallocate:
         return
     if not policy.shares_blocks:
         preallocate(fd, 0, total)
