@@ -151,6 +151,28 @@ def onnx_save(p: Paths, out: str) -> Case:
     )
 
 
+def floor_write(p: Paths, out: str) -> Case:
+    """The floor of any save: the weights' bytes, held in one buffer, written into a
+    new preallocated file (16 MiB per ``pwrite``)."""
+    from onnx_light.onnx._files import preallocate
+
+    total = os.path.getsize(p.two_data)
+    buf = memoryview(bytearray(os.urandom(1 << 20)) * (total // (1 << 20) + 1))[:total]
+    dst = os.path.join(out, DATA)
+    step = 16 << 20
+
+    def run():
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            preallocate(fd, 0, total)
+            for off in range(0, total, step):
+                os.pwrite(fd, buf[off : off + step], off)
+        finally:
+            os.close(fd)
+
+    return Case(run, [dst])
+
+
 def ir_save(p: Paths, out: str) -> Case:
     """onnx-ir: ``ir.save(alignment=4096)`` of the same model, its tensors in memory."""
     model = ir.serde.deserialize_model(onnx.load(p.two))
@@ -306,6 +328,7 @@ OPS: dict[str, Callable[[Paths, str], Case]] = {
         light_save,
         onnx_save,
         ir_save,
+        floor_write,
         floor_copy,
         onnx_loadsave,
         light_loadsave,
