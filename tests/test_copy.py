@@ -120,7 +120,7 @@ def test_pwrite_all_loops_on_short_writes(tmp_path, monkeypatch):
     assert (tmp_path / "f").read_bytes() == b"\0" * 3 + b"0123456789" * 10
 
 
-SPLICING = CopyPolicy("test", splice_shifted=True, shares_blocks=True, block=4096)
+SPLICING = CopyPolicy("test", splice=True, shares_blocks=True, block=4096)
 
 
 def test_shifted_copies_start_with_splice(files, monkeypatch):

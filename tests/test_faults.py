@@ -402,6 +402,7 @@ def test_source_truncated_while_copying_cli(src, tmp_path, monkeypatch, capsys):
             os.truncate(data, MB)
         return real(*args, **kwargs)
 
+    _force_method(monkeypatch, "copy_file_range")
     monkeypatch.setattr(os, "copy_file_range", truncating)
     dst = tmp_path / "d.onnx"
     assert main(["align", str(path), str(dst), "--chunk-size", "64K"]) == 1

@@ -137,9 +137,10 @@ def test_aligned_weights_share_blocks(tmp_path, kind):
                 assert grew < total * 0.1, f"{kind}: {grew} bytes used for {total} shareable"
 
 
-def test_shifted_copies_go_through_splice_where_measured_faster(folder, monkeypatch):
-    """On the filesystems whose policy says so, a shifted copy is spliced, an aligned one
-    goes through copy_file_range (which may share its blocks)."""
+def test_copies_go_the_way_measured_faster(folder, monkeypatch):
+    """Where the policy says so, a copy that cannot share blocks is spliced (every copy
+    on ext4 and tmpfs); on XFS and btrfs an aligned one goes through copy_file_range,
+    which shares its blocks."""
     policy = _policy(folder)
     seen = []
     real = _copy.CopyEngine._copy
@@ -149,13 +150,15 @@ def test_shifted_copies_go_through_splice_where_measured_faster(folder, monkeypa
         return real(self, order, src, src_off, dst, dst_off, length, what)
 
     monkeypatch.setattr(_copy.CopyEngine, "_copy", spy)
-    src, _ = _source(folder, "p", 4, shifted=True)
-    onnxl.align_external_data_streaming(src, folder / "p-o.onnx", "p-o.data")
+    for name, shifted in (("p", True), ("q", False)):
+        src, _ = _source(folder, name, 4, shifted=shifted)
+        onnxl.align_external_data_streaming(src, folder / f"{name}-o.onnx", f"{name}-o.data")
     weights = [s for s in seen if s[2] >= MiB]
-    assert weights
-    first = "splice" if policy.splice_shifted else "copy_file_range"
+    assert any(s[1] for s in weights) and not all(s[1] for s in weights)
+    first = "splice" if policy.splice else "copy_file_range"
     assert all(s[0] == first for s in weights if not s[1])
-    assert all(s[0] == "copy_file_range" for s in weights if s[1])
+    shared = "copy_file_range" if policy.shares_blocks or not policy.splice else "splice"
+    assert all(s[0] == shared for s in weights if s[1])
 
 
 def test_weights_file_is_not_truncated_to_its_own_size(folder, monkeypatch):

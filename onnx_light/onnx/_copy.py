@@ -6,10 +6,11 @@ Three ways, tried in order, as CPython's ``shutil`` does for ``sendfile``:
 2. ``os.splice`` through a pipe: in-kernel too;
 3. a ``preadv`` / ``pwrite`` loop over one reusable ``chunk_size`` buffer.
 
-A copy whose source and destination offsets cannot share blocks (a
-*shifted* copy) starts with ``splice`` where the destination's
-:class:`~._fs.CopyPolicy` says it is faster; a congruent one whose start is
-not on a block boundary copies its head first, so the rest can be shared.
+A copy that cannot share blocks (its offsets are shifted, or the filesystem
+never shares) starts with ``splice`` where the destination's
+:class:`~._fs.CopyPolicy` says it is faster; one that can, on a filesystem
+that shares blocks, starts with ``copy_file_range``, its head up to a block
+boundary copied first so the rest can be shared.
 An engine falls back only when the kernel says a way is not supported here
 (ENOSYS, EXDEV, EINVAL, EOPNOTSUPP, ...) and then remembers it for the rest of
 its copies. A full disk or an I/O error propagates as OSError. The ``os``
@@ -116,16 +117,16 @@ class CopyEngine:
             OSError: disk full, I/O error, or another failure of the system.
         """
         policy = self.policy
-        if policy.congruent(src_off, dst_off):
-            head = -src_off % policy.block
+        if policy.may_share(src_off, dst_off):
+            head = -src_off % policy.block if policy.shares_blocks else 0
             if 0 < head < length:  # up to a block boundary, then shareable blocks
                 self._copy(METHODS, src, src_off, dst, dst_off, head, what)
                 src_off, dst_off, length = src_off + head, dst_off + head, length - head
             order = METHODS
-            if policy.shares_blocks:  # a reflink of a gigabyte is one metadata operation
-                self._share = True
+            # a reflink of a gigabyte is one metadata operation
+            self._share = policy.shares_blocks
         else:
-            order = SHIFTED if policy.splice_shifted else METHODS
+            order = SHIFTED if policy.splice else METHODS
         try:
             self._copy(order, src, src_off, dst, dst_off, length, what)
         finally:

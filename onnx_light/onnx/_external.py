@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from itertools import chain
 
 import onnx
 
@@ -202,13 +203,16 @@ def read_entries(site: TensorSite) -> dict[str, str]:
     """
     pairs = [(entry.key, entry.value) for entry in site.tensor.external_data]
     entries = dict(pairs)
-    for key, value in pairs:
-        if type(key) is not str or type(value) is not str:  # bytes: not valid UTF-8
-            bad = value if type(key) is str else key
-            raise ExternalDataError(
-                f"tensor {site.label}: external_data holds {bad!r}, which is not valid "
-                "UTF-8 (protobuf strings must be)"
-            )
+    try:
+        "".join(chain.from_iterable(pairs))  # one check: str.join refuses bytes
+    except TypeError:
+        for key, value in pairs:
+            if type(key) is not str or type(value) is not str:  # bytes: not valid UTF-8
+                bad = value if type(key) is str else key
+                raise ExternalDataError(
+                    f"tensor {site.label}: external_data holds {bad!r}, which is not valid "
+                    "UTF-8 (protobuf strings must be)"
+                ) from None
     if len(entries) != len(pairs):
         seen = set()
         for key, _ in pairs:

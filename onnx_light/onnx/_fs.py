@@ -4,15 +4,16 @@ The copy engine asks :func:`copy_policy` once per weights file. The choices
 follow ``make bench`` on ext4, XFS, btrfs and tmpfs (the benchmarks page
 shows the numbers):
 
-- **Shifted copies** (source and destination offsets not congruent modulo the
-  block size, so no block can be shared): ``splice`` through a 1 MiB pipe
-  first. ``copy_file_range`` falls back in the kernel to a splice through a
-  64 KiB internal pipe, 16 times as many round trips: slower on ext4, XFS and
+- **Copies that cannot share blocks** (source and destination offsets not
+  congruent modulo the block size, or a filesystem that never shares, like
+  ext4 and tmpfs): ``splice`` through a 1 MiB pipe first.
+  ``copy_file_range`` falls back in the kernel to a splice through a 64 KiB
+  internal pipe, 16 times as many round trips: slower on ext4, XFS and
   btrfs, a tie on tmpfs. Elsewhere (NFS, SMB, FUSE, overlayfs...)
   ``copy_file_range`` stays first: a server may copy without the bytes
   crossing the network.
-- **Congruent copies** always start with ``copy_file_range``: on XFS and btrfs
-  it shares the blocks (a reflink), on ext4 it is the kernel's plain copy.
+- **Copies that can share blocks** on XFS and btrfs start with
+  ``copy_file_range``: the kernel shares the blocks (a reflink).
 - **Preallocation** (``fallocate`` before copying) speeds ext4 copies up and
   is neutral on XFS, but slows btrfs and tmpfs down a little (writes into
   preallocated extents take btrfs's slower path; tmpfs allocates memory
@@ -45,8 +46,7 @@ class CopyPolicy:
 
     Attributes:
         filesystem: its name, or ``"unknown"``.
-        splice_shifted: copies whose offsets are not congruent modulo
-            ``block`` go through ``splice`` first.
+        splice: copies that cannot share blocks go through ``splice`` first.
         shares_blocks: ``copy_file_range`` may share congruent blocks (do not
             preallocate them).
         preallocate: reserve the blocks of a new weights file before writing.
@@ -54,14 +54,21 @@ class CopyPolicy:
     """
 
     filesystem: str = "unknown"
-    splice_shifted: bool = False
+    splice: bool = False
     shares_blocks: bool = False
     preallocate: bool = True
     block: int = 4096
 
     def congruent(self, src_off: int, dst_off: int) -> bool:
-        """Whether a copy from ``src_off`` to ``dst_off`` can share blocks."""
+        """Whether the offsets of a copy line up on blocks (so blocks could be shared)."""
         return (src_off - dst_off) % self.block == 0
+
+    def may_share(self, src_off: int, dst_off: int) -> bool:
+        """Whether ``copy_file_range`` should go first: the filesystem may share the
+        blocks of this copy, or nothing was measured faster here."""
+        if not self.splice:
+            return True
+        return self.shares_blocks and self.congruent(src_off, dst_off)
 
 
 UNKNOWN = CopyPolicy()
@@ -100,6 +107,6 @@ def copy_policy(fd: int) -> CopyPolicy:
     info = _fstatfs(fd) if os.name == "posix" else None
     if info is None or info[0] not in _KNOWN:
         return UNKNOWN
-    name, splice_shifted, shares, prealloc = _KNOWN[info[0]]
+    name, splice, shares, prealloc = _KNOWN[info[0]]
     block = info[1] if info[1] > 0 and info[1] & (info[1] - 1) == 0 else 4096
-    return CopyPolicy(name, splice_shifted, shares, prealloc, block)
+    return CopyPolicy(name, splice, shares, prealloc, block)

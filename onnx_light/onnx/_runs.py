@@ -147,7 +147,22 @@ def copy_run(engine: CopyEngine, src: int, dst: int, run: Run) -> None:
         raise _truncated(run, engine.done - before) from None
 
 
-def copy_batch(engine: CopyEngine, src: int, dst: int, batch: list[Run]) -> None:
+class Scratch:
+    """The two buffers every batch of one write goes through, allocated once.
+
+    A fresh buffer per batch would page-fault its megabytes in each time.
+
+    Args:
+        size: the most a batch reads or writes (the ``limit`` of :func:`groups`).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.read = memoryview(bytearray(size))
+        self.write = memoryview(bytearray(size))
+        self.zeros = memoryview(bytes(size))
+
+
+def copy_batch(engine: CopyEngine, src: int, dst: int, batch: list[Run], scratch: Scratch) -> None:
     """Copy small runs through one buffer: one read of their source span, one write.
 
     The gaps of the destination span are written as zeros (the padding).
@@ -159,30 +174,32 @@ def copy_batch(engine: CopyEngine, src: int, dst: int, batch: list[Run]) -> None
     """
     lo = min(run.src for run in batch)
     hi = max(run.src + run.length for run in batch)
-    data = _read_upto(src, hi - lo, lo)
+    got = _read_upto(src, scratch.read[: hi - lo], lo)
+    data, out, zeros = scratch.read, scratch.write, scratch.zeros
     base = batch[0].dst
-    out = bytearray(batch[-1].dst + batch[-1].length - base)
-    view = memoryview(data)
+    pos = 0
     for run in batch:
-        start = run.src - lo
-        if start + run.length > len(data):
-            raise _truncated(run, max(0, len(data) - start))
-        out[run.dst - base : run.dst - base + run.length] = view[start : start + run.length]
-    pwrite_all(dst, out, base)
+        start, at = run.src - lo, run.dst - base
+        if start + run.length > got:
+            raise _truncated(run, max(0, got - start))
+        if at > pos:
+            out[pos:at] = zeros[: at - pos]
+        out[at : at + run.length] = data[start : start + run.length]
+        pos = at + run.length
+    pwrite_all(dst, out[:pos], base)
     engine.advance(sum(run.length for run in batch))
 
 
-def _read_upto(fd: int, length: int, offset: int) -> bytes:
-    """Read ``length`` bytes at ``offset``, fewer only when the file ends first."""
-    data = os.pread(fd, length, offset)
-    if len(data) == length:
-        return data
-    parts = [data]
-    done = len(data)
-    while done < length:
-        more = os.pread(fd, length - done, offset + done)
-        if not more:
+def _read_upto(fd: int, buf: memoryview, offset: int) -> int:
+    """Fill ``buf`` from ``offset``; fewer bytes only when the file ends first.
+
+    Returns:
+        The number of bytes read.
+    """
+    done = 0
+    while done < len(buf):
+        n = os.preadv(fd, [buf[done:]], offset + done)
+        if not n:
             break
-        parts.append(more)
-        done += len(more)
-    return b"".join(parts)
+        done += n
+    return done

@@ -21,7 +21,7 @@ from ._external import TensorRef
 from ._files import preallocate
 from ._fs import CopyPolicy, copy_policy
 from ._layout import Layout
-from ._runs import Run, copy_batch, copy_run, groups, runs
+from ._runs import BATCH_BYTES, Run, Scratch, copy_batch, copy_run, groups, runs
 from ._sources import SourceFiles
 from ._tensors import TensorSite
 
@@ -156,13 +156,16 @@ def write_weights(
     memory = [(item, offset) for item, offset in unique if item.ref is None]
     policy = copy_policy(fd)
     _preallocate(fd, layout.total, file_runs, memory, policy)
+    scratch = None
     with CopyEngine(chunk_size, progress, total, policy) as engine:
         for group in groups(file_runs, policy, chunk_size):
             with files.lease(group[0].source) as src:
                 if len(group) == 1:
                     copy_run(engine, src, fd, group[0])
-                else:
-                    copy_batch(engine, src, fd, group)
+                    continue
+                if scratch is None:
+                    scratch = Scratch(min(BATCH_BYTES, chunk_size))
+                copy_batch(engine, src, fd, group, scratch)
         _write_memory(fd, memory, threads, engine.advance)
     _set_size(fd, layout.total)
     if progress is not None and total == 0:
