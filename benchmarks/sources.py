@@ -178,6 +178,12 @@ def ensure(root: str, two_file: list[str], single_file: list[str], log=print) ->
         os.sync()  # write the sources back now, not during the measurements
 
 
+def nbytes(size: str) -> int:
+    """Bytes of the weights of the Gemm models of size ``size``."""
+    n, dim = SIZES[size]
+    return n * dim * dim * 4
+
+
 def copy_into(src_root: str, dst_root: str, sizes: list[str], kinds: list[str], log=print) -> None:
     """Copy sources written in ``src_root`` into ``dst_root`` (another filesystem).
 
