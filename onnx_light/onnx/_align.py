@@ -18,9 +18,8 @@ from ._external import (
     Resolver,
     check_length,
     check_movable,
-    external_entries,
+    place,
     read_entries,
-    set_external,
 )
 from ._gc import paused_gc
 from ._io import scan_model
@@ -109,8 +108,7 @@ def align_model(
         with AtomicFiles() as out:
             total = weights.write(out, files, 1, chunk_size, progress)
             for item, (location, offset) in zip(items, weights.placement, strict=True):
-                pairs = external_entries(location, offset, item.size, item.entries)
-                set_external(item.site.tensor, pairs)
+                place(item.site.tensor, location, offset, item.size, item.entries)
             subs = {ref.site.path: Spliced(strip_raw_data(ref.site.tensor), ref) for ref in inline}
             write_pieces(out.create(dst), serialize_pieces(model, subs), files, chunk_size)
             out.commit()

@@ -370,11 +370,33 @@ def external_entries(location: str, offset: int, length: int, extra: dict[str, s
 def set_external(tensor: onnx.TensorProto, pairs: list) -> None:
     """Make ``tensor`` EXTERNAL with the given entries (raw_data is cleared)."""
     tensor.ClearField("raw_data")
-    del tensor.external_data[:]
+    entries = tensor.external_data
+    del entries[:]
+    add = entries.add
     for key, value in pairs:
-        entry = tensor.external_data.add()
-        entry.key = key
-        entry.value = value
+        add(key=key, value=value)
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+
+
+_PLACED = frozenset(("location", "offset", "length"))
+
+
+def place(
+    tensor: onnx.TensorProto, location: str, offset: int, length: int, extra: dict[str, str]
+) -> None:
+    """``set_external(tensor, external_entries(location, offset, length, extra))`` in one
+    step, without the list of pairs (it runs once per tensor)."""
+    tensor.ClearField("raw_data")
+    entries = tensor.external_data
+    del entries[:]
+    add = entries.add
+    add(key="location", value=location)
+    add(key="offset", value=str(offset))
+    add(key="length", value=str(length))
+    if len(extra) > 3 or not _PLACED.issuperset(extra):
+        for key, value in extra.items():
+            if key not in _PLACED:
+                add(key=key, value=value)
     tensor.data_location = onnx.TensorProto.EXTERNAL
 
 

@@ -13,7 +13,7 @@ import onnx
 
 from ._atomic import AtomicFiles
 from ._errors import ExternalDataError
-from ._external import Resolver, check_movable, external_entries, set_external
+from ._external import Resolver, check_movable, external_entries, place, set_external
 from ._options import SerializeOptions, check_alignment, check_num_threads
 from ._serialize import Spliced, serialize_pieces, strip_raw_data
 from ._shards import WeightsFiles
@@ -134,8 +134,7 @@ class SavePlan:
             files.commit()
         if mutate and self.weights is not None:
             for item, (location, offset) in zip(self.items, self.weights.placement, strict=True):
-                pairs = external_entries(location, offset, item.size, item.entries)
-                set_external(item.site.tensor, pairs)
+                place(item.site.tensor, location, offset, item.size, item.entries)
         return size
 
 
