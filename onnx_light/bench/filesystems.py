@@ -59,7 +59,7 @@ def loop_mount(kind: str, size: int, where: str | os.PathLike | None = None) -> 
 
     Args:
         kind: ``"xfs"`` or ``"btrfs"``.
-        size: bytes of the image (at least :data:`MIN_SIZE`).
+        size: bytes of the image (at least ``MIN_SIZE``, 320 MiB).
         where: the folder that holds the image and the mount point.
 
     Raises:
