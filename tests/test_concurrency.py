@@ -200,3 +200,56 @@ def test_racing_saves_in_processes(tmp_path):
         assert proc.wait(120) == 0, proc.stderr.read()
     _writer_of(dst)
     assert sorted(os.listdir(tmp_path)) == ["d.data", "d.onnx"]
+
+
+def test_paused_gc_overlapping_calls_restore_the_collector():
+    """Overlapping calls (aligns in threads): the collector stays off while any call is
+    inside and is back on after the last one leaves."""
+    import gc
+    import sys
+    import threading
+
+    from onnx_light.onnx._gc import paused_gc
+
+    assert gc.isenabled()
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with paused_gc():
+            a_in.set()
+            b_in.wait()
+        a_out.set()
+
+    def b():
+        a_in.wait()
+        with paused_gc():
+            b_in.set()
+            a_out.wait()
+            seen["after_a_left"] = gc.isenabled()
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen["after_a_left"] is False
+    assert gc.isenabled()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+
+        def churn():
+            for _ in range(2000):
+                with paused_gc():
+                    pass
+
+        threads = [threading.Thread(target=churn) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert gc.isenabled()

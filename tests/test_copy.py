@@ -177,3 +177,27 @@ def test_preallocation_leaves_shareable_ranges_out(monkeypatch):
     ranges.clear()
     _writer._preallocate(0, 20 * mib, runs, [], CopyPolicy())
     assert ranges == [(0, 20 * mib)]
+
+
+def test_progress_steps_stay_within_chunk_size_where_blocks_may_be_shared(files):
+    """Large calls where blocks may be shared only when nobody watches progress."""
+    data, src, dst, _ = files
+    calls = []
+    with CopyEngine(256 * 1024, lambda d, t: calls.append(d), len(data), SPLICING) as eng:
+        eng.copy(src, 0, dst, 0, len(data), "x")
+    steps = [b - a for a, b in zip([0, *calls], calls)]
+    assert calls[-1] == len(data) and max(steps) <= 256 * 1024
+
+
+def test_no_descriptor_for_a_pipe_falls_back(files, monkeypatch):
+    """Splice first, but no descriptor left for its pipe: copy_file_range instead."""
+    data, src, dst, dst_path = files
+
+    def emfile():
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(os, "pipe", emfile)
+    with CopyEngine(1 << 20, policy=SPLICING) as eng:
+        eng.copy(src, 1000, dst, 4096, 2_000_000, "x")
+        assert eng.method == "copy_file_range"
+    assert dst_path.read_bytes()[4096 : 4096 + 2_000_000] == data[1000 : 1000 + 2_000_000]

@@ -32,7 +32,7 @@ UNSUPPORTED = frozenset(
 METHODS = ("copy_file_range", "splice", "pread")
 SHIFTED = ("splice", "copy_file_range", "pread")
 PIPE_SIZE = 1 << 20  # the default /proc/sys/fs/pipe-max-size: what any user may ask
-SHARE_CHUNK = 1 << 30  # bytes per copy_file_range call where blocks may be shared
+SHARE_CHUNK = 1 << 30  # bytes per call where blocks may be shared and nobody watches progress
 
 
 class _Unsupported(Exception):
@@ -123,8 +123,9 @@ class CopyEngine:
                 self._copy(METHODS, src, src_off, dst, dst_off, head, what)
                 src_off, dst_off, length = src_off + head, dst_off + head, length - head
             order = METHODS
-            # a reflink of a gigabyte is one metadata operation
-            self._share = policy.shares_blocks
+            # a reflink of a gigabyte is one metadata operation: without a
+            # progress callback to feed, whole ranges go in one call
+            self._share = policy.shares_blocks and self.progress is None
         else:
             order = SHIFTED if policy.splice else METHODS
         try:
@@ -182,7 +183,10 @@ class CopyEngine:
     def _splice(self, src, src_off, dst, dst_off, remaining, what) -> int:
         if not hasattr(os, "splice"):
             raise _Unsupported(0)
-        r, w = self._open_pipe()
+        try:
+            r, w = self._open_pipe()
+        except OSError:  # no descriptor left for a pipe (EMFILE, ENFILE): another way
+            raise _Unsupported(0) from None
         copied = 0
         while copied < remaining:
             count = min(self.chunk_size, remaining - copied)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import struct
 from dataclasses import dataclass
 
@@ -91,9 +92,10 @@ def _fstatfs(fd: int) -> tuple[int, int] | None:
     buf = ctypes.create_string_buffer(_STATFS_SIZE)
     if _statfs(fd, buf) != 0:
         return None
-    # f_type and f_bsize are the first two fields, each a C long (__fsword_t)
+    # f_type and f_bsize are the first two fields, each a C long (__fsword_t),
+    # except on s390x where both are unsigned ints
     size = ctypes.sizeof(ctypes.c_long)
-    fmt = "ll" if size == 8 else "ii"
+    fmt = "II" if platform.machine() == "s390x" else ("ll" if size == 8 else "ii")
     f_type, f_bsize = struct.unpack_from(fmt, buf.raw)
     return f_type & 0xFFFFFFFF, f_bsize
 

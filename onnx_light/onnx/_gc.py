@@ -11,16 +11,29 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 from collections.abc import Iterator
+
+_lock = threading.Lock()
+_state = {"depth": 0, "was_enabled": False}
 
 
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
-    """Disable the cyclic garbage collector inside the block, if it was enabled."""
-    enabled = gc.isenabled()
-    gc.disable()
+    """Disable the cyclic garbage collector inside the block.
+
+    Calls may overlap (threads): the first to enter remembers whether the
+    collector was on and turns it off, the last to leave puts it back.
+    """
+    with _lock:
+        if _state["depth"] == 0:
+            _state["was_enabled"] = gc.isenabled()
+            gc.disable()
+        _state["depth"] += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _lock:
+            _state["depth"] -= 1
+            if _state["depth"] == 0 and _state["was_enabled"]:
+                gc.enable()

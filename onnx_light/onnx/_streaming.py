@@ -53,6 +53,10 @@ def align_external_data_streaming(
             inside it.
         alignment: a power of two >= 1.
         chunk_size: bytes per copy call, and between two progress calls.
+            Without ``progress``, copies the filesystem may share (XFS,
+            btrfs) go in calls of up to 1 GiB: sharing blocks is a metadata
+            operation, and fewer calls make a re-align of aligned weights
+            several times faster.
         size_threshold: when set, inline tensors with at least this many bytes
             of raw data move into the weights file too, streamed from the
             source ``.onnx``. None: inline tensors stay inline, except in a
