@@ -129,11 +129,12 @@ def run_worker(op: str, workdir: str, size: str, timeout: float) -> dict | None:
     return record
 
 
-def _available() -> int:
+def _free() -> int:
+    """Memory nobody uses, not even the page cache (``MemFree``)."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith("MemFree:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError):
         pass
@@ -146,10 +147,12 @@ def prime(nbytes: int) -> None:
     A VM that reports free memory to its host keeps the reported pages at
     the end of the free lists: memory freed just now is what the next
     process gets, and it is backed, where memory free for long may not be.
+    Only free memory is touched: evicting the warm sources from the page
+    cache would make the next operation read them from disk.
     """
     import mmap
 
-    nbytes = min(nbytes, max(0, _available() - 2 * 1024**3))
+    nbytes = min(nbytes, max(0, _free() - 1024**3))
     if nbytes <= 0:
         return
     page = mmap.PAGESIZE
@@ -186,9 +189,12 @@ def measure(args, todo) -> dict:
             if r:
                 random.Random(r).shuffle(order)
             for op in order:
-                os.sync()  # no write-back of earlier outputs during this one
                 if priming:
                     prime(2 * sources.nbytes(size))
+                # the sources again: an earlier operation's output may have pushed
+                # some of them out of the page cache
+                sources.warm(paths.files(sources.KINDS))
+                os.sync()  # no write-back of earlier outputs during this one
                 rec = run_worker(op, workdir, size, args.timeout)
                 records[(label, op)].append(rec)
                 if rec is not None:

