@@ -190,6 +190,7 @@ def measure(args, todo) -> dict:
                 random.Random(r).shuffle(order)
             for op in order:
                 if priming:
+                    sources.cool(workdir, size)
                     prime(2 * sources.nbytes(size))
                 # the sources again: an earlier operation's output may have pushed
                 # some of them out of the page cache
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     footer = (
         f"{args.rounds} round(s), operations interleaved (a new seeded order each round), "
         "each in a fresh process; page cache "
-        "warmed (every source file read once) at the start of each round and size. "
+        "warmed (every source file of the size read once) before each measurement. "
         "value / ref value: medians over rounds; ratio: median over rounds of the per-round "
         "ratio value / ref value (both measured in the same round). Memory: growth of the "
         "kernel's peak RSS (VmHWM) during the operation; RssAnon / RssFile growth sampled "

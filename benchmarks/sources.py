@@ -208,6 +208,25 @@ def copy_into(src_root: str, dst_root: str, sizes: list[str], kinds: list[str], 
     log(f"  copied {', '.join(kinds)} into {dst_root} in {time.perf_counter() - t0:.1f} s")
 
 
+def cool(root: str, keep: str) -> None:
+    """Drop from the page cache every source of ``root`` but those of size ``keep``.
+
+    The cache then holds what the next measurement reads, and the rest of the
+    memory is free (see ``run.prime``), without root (``posix_fadvise``).
+    """
+    if not hasattr(os, "posix_fadvise"):
+        return
+    for size in SIZES:
+        if size == keep:
+            continue
+        for path in Paths(root, size).files(KINDS):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
 def warm(files: list[str], chunk: int = 8 * MiB) -> int:
     """Read every file once so it sits in the page cache; return the bytes read."""
     buf = bytearray(chunk)
