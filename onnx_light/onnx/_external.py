@@ -350,42 +350,22 @@ class Resolver:
         return TensorRef(site, source, offset, length, entries)
 
 
-def external_entries(location: str, offset: int, length: int, extra: dict[str, str]) -> list:
-    """The ``external_data`` entries to record for a tensor, extra keys kept.
-
-    Args:
-        location: the new location, relative to the model's folder.
-        offset: the new offset.
-        length: the length in bytes.
-        extra: former entries; keys other than location/offset/length are kept.
-
-    Returns:
-        A list of ``(key, value)`` pairs.
-    """
-    pairs = [("location", location), ("offset", str(offset)), ("length", str(length))]
-    pairs += [(k, v) for k, v in extra.items() if k not in ("location", "offset", "length")]
-    return pairs
-
-
-def set_external(tensor: onnx.TensorProto, pairs: list) -> None:
-    """Make ``tensor`` EXTERNAL with the given entries (raw_data is cleared)."""
-    tensor.ClearField("raw_data")
-    entries = tensor.external_data
-    del entries[:]
-    add = entries.add
-    for key, value in pairs:
-        add(key=key, value=value)
-    tensor.data_location = onnx.TensorProto.EXTERNAL
-
-
 _PLACED = frozenset(("location", "offset", "length"))
 
 
 def place(
     tensor: onnx.TensorProto, location: str, offset: int, length: int, extra: dict[str, str]
 ) -> None:
-    """``set_external(tensor, external_entries(location, offset, length, extra))`` in one
-    step, without the list of pairs (it runs once per tensor)."""
+    """Make ``tensor`` EXTERNAL at ``location``, ``offset``, ``length`` (raw_data cleared).
+
+    Args:
+        tensor: the tensor to change, in place.
+        location: the new location, relative to the model's folder.
+        offset: the new offset.
+        length: the length in bytes.
+        extra: its former entries; keys other than location/offset/length
+            (``checksum``...) are kept, after the three.
+    """
     tensor.ClearField("raw_data")
     entries = tensor.external_data
     del entries[:]

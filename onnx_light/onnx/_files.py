@@ -52,10 +52,11 @@ _fallocate = None
 def preallocate(fd: int, offset: int, length: int) -> None:
     """Reserve ``length`` bytes at ``offset`` of a new file with ``fallocate(2)``.
 
-    The copies that follow then write into reserved blocks (on ext4 much
-    faster: see :mod:`._fs`), and a full disk fails before any byte is copied. Unlike ``os.posix_fallocate``, glibc's
-    ``fallocate`` never emulates the call by writing the file: where the
-    filesystem does not support it (EOPNOTSUPP, ENOSYS), nothing happens.
+    The copies that follow then write into reserved blocks (faster on ext4:
+    see ``_fs.py``), and a full disk fails before any byte of them is
+    copied. Unlike ``os.posix_fallocate``, glibc's ``fallocate`` never
+    emulates the call by writing the file: where the filesystem does not
+    support it (EOPNOTSUPP, ENOSYS), nothing happens.
 
     Raises:
         OSError: any failure but "not supported here" (ENOSPC, EFBIG, EIO...).

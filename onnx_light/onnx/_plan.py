@@ -13,7 +13,7 @@ import onnx
 
 from ._atomic import AtomicFiles
 from ._errors import ExternalDataError
-from ._external import Resolver, check_movable, external_entries, place, set_external
+from ._external import Resolver, check_movable, place
 from ._options import SerializeOptions, check_alignment, check_num_threads
 from ._serialize import Spliced, serialize_pieces, strip_raw_data
 from ._shards import WeightsFiles
@@ -106,7 +106,7 @@ class SavePlan:
         placement = self.weights.placement if self.weights is not None else []
         for item, (location, offset) in zip(self.items, placement, strict=True):
             sub = strip_raw_data(item.site.tensor)
-            set_external(sub, external_entries(location, offset, item.size, item.entries))
+            place(sub, location, offset, item.size, item.entries)
             subs[item.site.path] = sub
         for ref in self.inline_refs:  # copied file to file into the .onnx, never read
             subs[ref.site.path] = Spliced(strip_raw_data(ref.site.tensor), ref)
