@@ -26,24 +26,36 @@ import os
 import secrets
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ._signals import critical, guarded
 
 TMP_SUFFIX = ".onnx-light-tmp"
 OLD_SUFFIX = ".onnx-light-old"
 _NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _NO_EXCHANGE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP})
+_NO_MODES = frozenset({errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EPERM, errno.EINVAL})
 
 
-def temp_path(final_path: str, suffix: str = TMP_SUFFIX) -> str:
-    """A fresh hidden name beside ``final_path`` that fits the folder's NAME_MAX."""
+def temp_path(final_path: str, suffix: str = TMP_SUFFIX, token: str | None = None) -> str:
+    """A hidden name beside ``final_path`` that fits the folder's NAME_MAX.
+
+    Args:
+        final_path: the name the file will have.
+        suffix: what the hidden name ends with.
+        token: 8 hex digits (a fresh random one when None). A name too long
+            to be kept whole is shortened and always gets a fresh token.
+    """
     folder, name = os.path.split(final_path)
-    token = secrets.token_hex(4)
     try:
         limit = os.pathconf(folder or ".", "PC_NAME_MAX")
     except (OSError, ValueError):
         limit = 255
-    room = limit - len(os.fsencode(f"..{token}{suffix}"))
-    short = os.fsdecode(os.fsencode(name)[: max(room, 0)])
-    return os.path.join(folder, f".{short}.{token}{suffix}")
+    room = limit - len(os.fsencode(f"..{'0' * 8}{suffix}"))
+    encoded = os.fsencode(name)
+    if len(encoded) > room:
+        name, token = os.fsdecode(encoded[: max(room, 0)]), None
+    return os.path.join(folder, f".{name}.{token or secrets.token_hex(4)}{suffix}")
 
 
 def _kept_mode(final_path: str) -> int | None:
@@ -54,24 +66,59 @@ def _kept_mode(final_path: str) -> int | None:
         return None
 
 
+def _fchmod(fd: int, mode: int) -> None:
+    """Give the file ``mode``, where the filesystem stores modes (not FAT, exFAT...)."""
+    try:
+        os.fchmod(fd, mode)
+    except OSError as e:
+        if e.errno not in _NO_MODES:
+            raise
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One output: its temporary file (``fd`` -1 once closed) and its final name."""
+
+    fd: int
+    tmp: str
+    final: str
+    identity: tuple[int, int]
+
+
 class AtomicFiles:
     """A set of files written to temporary names and replaced together.
 
-    Use as a context manager: on an exception every temporary file is removed
-    (and a full disk names the file being written); call :meth:`commit` to
-    move them over their final names.
+    Use as a context manager: on an exception (a signal included, see
+    :mod:`._signals`) every temporary file is removed, and a full disk names
+    the file being written; call :meth:`commit` to move them over their final
+    names. All the temporary names of one set share one random token, so two
+    destinations that a case-insensitive filesystem takes for one file meet
+    as soon as their temporary files are created (:meth:`reserve`), before
+    anything is written.
     """
 
     def __init__(self) -> None:
-        self._pending: list[tuple[int, str, str]] = []
+        self._pending: list[_Pending] = []
+        self._token = secrets.token_hex(4)
+        self._guard = guarded()
+        self._writing: str | None = None  # the file being written, for messages
 
     def __enter__(self) -> AtomicFiles:
+        self._guard.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            return
-        writing = self._pending[-1][2] if self._pending else None
+        try:
+            if exc_type is not None:
+                self._clean_up(exc)
+        except BaseException as e:  # the clean-up's own error replaces the call's
+            self._guard.__exit__(type(e), e, e.__traceback__)
+            raise
+        self._guard.__exit__(exc_type, exc, tb)  # a signal raised again after the clean-up
+
+    def _clean_up(self, exc: BaseException) -> None:
+        """Remove the temporary files; a full disk names the file being written."""
+        writing = self._writing
         self.abort()
         if (
             writing is not None
@@ -82,73 +129,133 @@ class AtomicFiles:
         ):
             raise OSError(exc.errno, f"{exc.strerror} while writing {writing!r}", writing) from None
 
-    def create(self, final_path: str) -> int:
-        """Open a new temporary file for ``final_path`` and return its descriptor.
+    def reserve(self, final_paths: list[str]) -> None:
+        """Create the temporary files of ``final_paths`` now, empty, in commit order.
 
-        The file gets the permission bits of the file it will replace, if any.
+        Raises:
+            ValueError: two of them are one file on this filesystem (it does
+                not tell upper from lower case, or folds names otherwise).
+            OSError: a file cannot be created beside its destination (the
+                message names the destination).
+        """
+        for path in final_paths:
+            os.close(self.create(path))
+            self._pending[-1].fd = -1
+
+    def create(self, final_path: str) -> int:
+        """Open the temporary file of ``final_path`` (reserved, or new) and return its descriptor.
+
+        A new file gets the permission bits of the file it will replace, if
+        any (where the filesystem stores them).
+
+        Raises:
+            ValueError: ``final_path`` is one file with another destination.
+            OSError: the file cannot be created (the message names ``final_path``).
         """
         final_path = os.path.abspath(final_path)
-        mode = _kept_mode(final_path)
-        tmp = temp_path(final_path)
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-        fd = os.open(tmp, flags, 0o600 if mode is not None else 0o666)
-        self._pending.append((fd, tmp, final_path))
+        with critical():
+            for entry in self._pending:
+                if entry.final == final_path and entry.fd < 0:
+                    entry.fd = os.open(entry.tmp, os.O_RDWR | os.O_CLOEXEC)
+                    self._writing = final_path
+                    return entry.fd
+            mode = _kept_mode(final_path)
+            tmp = temp_path(final_path, token=self._token)
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+            try:
+                fd = os.open(tmp, flags, 0o600 if mode is not None else 0o666)
+            except FileExistsError:
+                raise self._same_file(final_path, tmp) from None
+            except OSError as e:
+                raise OSError(
+                    e.errno, f"cannot write {final_path!r}: {e.strerror}", final_path
+                ) from None
+            st = os.fstat(fd)
+            self._pending.append(_Pending(fd, tmp, final_path, (st.st_dev, st.st_ino)))
+            self._writing = final_path
         if mode is not None:
-            os.fchmod(fd, mode)
+            _fchmod(fd, mode)
         return fd
+
+    def _same_file(self, final_path: str, tmp: str) -> Exception:
+        """The error for a temporary name that exists already.
+
+        The name holds this set's random token: the filesystem took it for
+        the temporary name of another destination of the set, spelled another
+        way (through FUSE the two spellings even give two inode numbers).
+        """
+        folder = os.path.dirname(tmp)
+        same = [e for e in self._pending if os.path.dirname(e.tmp) == folder]
+        if same:
+            other = next((e for e in same if e.tmp.casefold() == tmp.casefold()), same[0])
+            return ValueError(
+                f"destinations {other.final!r} and {final_path!r} are one file on this "
+                "filesystem (it does not tell upper from lower case, or folds names): "
+                "give them names that differ by more than case"
+            )
+        return FileExistsError(
+            errno.EEXIST, f"cannot write {final_path!r}: {tmp!r} exists; run again", final_path
+        )
 
     def finish(self, fd: int) -> None:
         """Close a temporary file once written (its name waits for the commit).
 
         Many files (shards) then never hold many descriptors.
         """
-        for i, (open_fd, tmp, final) in enumerate(self._pending):
-            if open_fd == fd:
-                self._pending[i] = (-1, tmp, final)
+        for entry in self._pending:
+            if entry.fd == fd:
+                entry.fd = -1
                 os.close(fd)
                 return
 
     def commit(self) -> None:
         """Close the temporary files and move each over its final name, in order.
 
+        Signals are held from the first rename to the last clean-up, and
+        delivered after: an interrupt never leaves a mix of old and new files.
+
         Raises:
             OSError: a rename failed; the renames already made were undone.
         """
-        try:
-            for i, (fd, tmp, final) in enumerate(self._pending):
-                if fd >= 0:
-                    self._pending[i] = (-1, tmp, final)
-                    os.close(fd)
-        except OSError:
-            self.abort()
-            raise
-        pending, self._pending = self._pending, []
-        folders = _distinct_folders([os.path.dirname(final) for _, _, final in pending])
-        done: list[tuple[str, str | None]] = []  # (final, where the old file is kept)
-        with contextlib.ExitStack() as locks:
-            for folder in folders:  # in a fixed order: two commits never deadlock
-                locks.enter_context(folder_lock(folder))
+        with critical():
             try:
-                for _, tmp, final in pending:
-                    done.append((final, _swap_in(tmp, final)))
-            except BaseException:
-                for final, old in reversed(done):
-                    _undo(final, old)
-                for _, tmp, _ in pending[len(done) :]:
-                    _unlink(tmp)
+                for entry in self._pending:
+                    if entry.fd >= 0:
+                        fd, entry.fd = entry.fd, -1
+                        os.close(fd)
+            except OSError:
+                self.abort()
                 raise
-        for _, old in done:
-            if old is not None:
-                _unlink(old)
+            pending, self._pending = self._pending, []
+            folders = _distinct_folders([os.path.dirname(e.final) for e in pending])
+            done: list[_Swap] = []
+            with contextlib.ExitStack() as locks:
+                for folder in folders:  # in a fixed order: two commits never deadlock
+                    locks.enter_context(folder_lock(folder))
+                try:
+                    for entry in pending:
+                        swap = _Swap(entry.tmp, entry.final)
+                        done.append(swap)  # recorded before any rename
+                        swap.run()
+                except BaseException:
+                    for swap in reversed(done):
+                        swap.undo()
+                    for entry in pending[len(done) :]:
+                        _unlink(entry.tmp)
+                    raise
+            for swap in done:
+                if swap.old is not None:
+                    _unlink(swap.old)
 
     def abort(self) -> None:
         """Close and remove every temporary file."""
-        pending, self._pending = self._pending, []
-        for fd, tmp, _ in pending:
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            _unlink(tmp)
+        with critical():
+            pending, self._pending = self._pending, []
+            for entry in pending:
+                if entry.fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(entry.fd)
+                _unlink(entry.tmp)
 
 
 def _distinct_folders(folders: list[str]) -> list[str]:
@@ -165,39 +272,62 @@ def _distinct_folders(folders: list[str]) -> list[str]:
     return sorted(seen.values(), key=lambda f: os.path.realpath(f))
 
 
-def _swap_in(tmp: str, final: str) -> str | None:
-    """Move ``tmp`` over ``final``; return where the replaced file is kept (None: new)."""
-    if not os.path.lexists(final):
-        os.replace(tmp, final)
-        return None
-    if _exchange(tmp, final):
-        return tmp  # the old file now has the temporary name
-    old = temp_path(final, OLD_SUFFIX)
-    try:
-        os.link(final, old, follow_symlinks=False)
-        linked = True
-    except OSError:  # no hard links here: move it aside (the name is missing a moment)
-        os.rename(final, old)
-        linked = False
-    try:
-        os.replace(tmp, final)
-    except BaseException:
-        if linked:
-            _unlink(old)
-        else:
-            with contextlib.suppress(OSError):
-                os.rename(old, final)
-        raise
-    return old
+class _Swap:
+    """One rename of a commit, recorded before it is made, so it can be undone.
 
+    Attributes:
+        tmp: the new file's temporary name.
+        final: its final name.
+        old: where the replaced file is kept until the commit ends (None:
+            nothing was replaced, or not yet).
+        state: "planned", "aside" (the old file moved away, the final name
+            missing a moment: no hard links here), "done".
+    """
 
-def _undo(final: str, old: str | None) -> None:
-    """Put back what ``final`` named before the commit (best effort)."""
-    with contextlib.suppress(OSError):
-        if old is None:
-            os.unlink(final)
-        else:
-            os.replace(old, final)
+    def __init__(self, tmp: str, final: str) -> None:
+        self.tmp, self.final = tmp, final
+        self.old: str | None = None
+        self.state = "planned"
+
+    def run(self) -> None:
+        """Move ``tmp`` over ``final``, keeping the replaced file reachable.
+
+        Raises:
+            OSError: the rename failed (the names are as they were).
+        """
+        try:
+            if not os.path.lexists(self.final):
+                os.replace(self.tmp, self.final)
+                self.state = "done"
+                return
+            if _exchange(self.tmp, self.final):
+                self.old, self.state = self.tmp, "done"  # the old file has the temporary name
+                return
+            old = temp_path(self.final, OLD_SUFFIX)
+            try:
+                os.link(self.final, old, follow_symlinks=False)
+                self.old = old
+            except OSError:  # no hard links here: move it aside
+                os.rename(self.final, old)
+                self.old, self.state = old, "aside"
+            os.replace(self.tmp, self.final)
+            self.state = "done"
+        except OSError as e:
+            raise OSError(
+                e.errno, f"cannot replace {self.final!r}: {e.strerror}", self.final
+            ) from None
+
+    def undo(self) -> None:
+        """Put back what ``final`` named before (best effort); remove the temporary file."""
+        with contextlib.suppress(OSError):
+            if self.state == "done" and self.old is None:
+                os.unlink(self.final)
+            elif self.state in ("done", "aside") and self.old is not None:
+                os.replace(self.old, self.final)
+            elif self.old is not None:  # a second link, never used
+                os.unlink(self.old)
+        if self.old != self.tmp:
+            _unlink(self.tmp)
 
 
 _renameat2 = None
@@ -263,10 +393,3 @@ def folder_lock(folder: str, shared: bool = False) -> Iterator[None]:
 def _unlink(path: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """Write all of ``data`` to ``fd`` at its current position."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]

@@ -129,15 +129,26 @@ class SourceFiles:
     def __enter__(self) -> SourceFiles:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self.close()
+        except OSError:
+            if exc_type is None:  # never hide the error that ended the call
+                raise
 
     def close(self) -> None:
         """Close every descriptor."""
         with self._lock:
-            for fd in self._open.values():
-                os.close(fd)
+            fds = list(self._open.values())
             self._open.clear()
+        errors = []
+        for fd in fds:  # every one, even after an error (a FUSE daemon gone...)
+            try:
+                os.close(fd)
+            except OSError as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
 
     # -- opening and checking ----------------------------------------------------
 
@@ -314,6 +325,10 @@ class SourceFiles:
         return fd
 
     # -- what a call may not replace ---------------------------------------------
+
+    def sources(self) -> list[tuple[str, SourceFile]]:
+        """``(path, file)`` for every file opened (each file once)."""
+        return [(source.path, source) for source in self._files.values()]
 
     def reader_of(self, identities: set[tuple[int, int]]) -> SourceFile | None:
         """The source file among ``identities`` (files, or symlinks a reference

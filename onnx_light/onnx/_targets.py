@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 
 from ._errors import ExternalDataError, shown
 from ._external import check_location
@@ -164,8 +165,22 @@ def _identities(path: str) -> set[tuple[int, int]] | None:
     return ids
 
 
+def target_identities(path: str) -> set[tuple[int, int]]:
+    """The identities a destination would replace (empty when it does not exist).
+
+    Raises:
+        ValueError: it exists and is neither a regular file nor a symlink.
+    """
+    return _identities(path) or set()
+
+
 def check_targets(
-    paths: list[str], files: SourceFiles, *, in_place: bool = False, hint: str = ""
+    paths: list[str],
+    files: SourceFiles,
+    *,
+    in_place: bool = False,
+    replaceable: Callable[[], set[tuple[int, int]]] | None = None,
+    hint: str = "",
 ) -> None:
     """Refuse destinations that are not files, or that hold bytes the call reads.
 
@@ -174,19 +189,43 @@ def check_targets(
         files: the call's opened source files.
         in_place: the declared in-place case: the destinations replace the
             very model being read, so they may be its sources.
+        replaceable: when a destination is a source, the identities of the
+            sources it may replace all the same (asked once, when needed:
+            an in-place save may replace the model and its own weights).
         hint: what to do instead, appended to the error.
 
     Raises:
         ValueError: a destination exists and is not a regular file or a symlink.
         ExternalDataError: a destination is a file the call reads.
     """
+    listings: dict[str, set[str]] = {}
+    folded: dict[str, object] | None = None
+    allowed: set[tuple[int, int]] | None = None
     for path in paths:
         ids = _identities(path)
-        if ids is None or in_place:
+        if ids is None:
+            continue
+        source = None
+        stored = _stored_spelling(path, listings)
+        if stored != os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path)):
+            if folded is None:  # the sources as their folders store their names
+                folded = {_stored_spelling(p, listings): s for p, s in files.sources()}
+            source = folded.get(stored)
+            if source is not None:  # even in place: never replace a file read under another name
+                raise ExternalDataError(
+                    f"destination {path!r} is {stored!r} on this filesystem (it does not "
+                    f"tell upper from lower case), which this call reads: name it {stored!r}"
+                )
+        if in_place:
             continue
         source = files.reader_of(ids)
         if source is None:
             continue
+        if replaceable is not None:
+            if allowed is None:
+                allowed = replaceable()
+            if source.identity in allowed:
+                continue
         if source.label == "model":
             what = f"the model {source.path!r} it reads"
         else:
@@ -195,3 +234,26 @@ def check_targets(
             f"destination {path!r}: this call would overwrite {what}, and leave the source "
             f"model broken{'; ' + hint if hint else ''}"
         )
+
+
+def _stored_spelling(path: str, listings: dict[str, set[str]]) -> str:
+    """The path of an existing file as its folder stores the name.
+
+    ``path`` itself, or, where the filesystem does not tell upper from lower
+    case (FAT, exFAT, casefold ext4), the one entry it matched. Through FUSE
+    two spellings of one file give two inode numbers, so identities alone
+    cannot tell that ``M.ONNX.DATA`` is ``m.onnx.data``.
+    """
+    folder, name = os.path.split(os.path.abspath(path))
+    folder = os.path.realpath(folder)
+    names = listings.get(folder)
+    if names is None:
+        try:
+            names = set(os.listdir(folder))
+        except OSError:
+            names = set()
+        listings[folder] = names
+    if name in names:
+        return os.path.join(folder, name)
+    matches = [n for n in names if n.casefold() == name.casefold()]
+    return os.path.join(folder, matches[0] if len(matches) == 1 else name)

@@ -43,12 +43,15 @@ class Item:
         ref: where its bytes are when they are in a file; None when they are
             the tensor's ``raw_data``.
         entries: its former ``external_data`` (extra keys are carried over).
+        data: its bytes when they are neither in a file nor its ``raw_data``
+            (a tensor held in ``float_data``... written as raw bytes).
     """
 
     site: TensorSite
     size: int
     ref: TensorRef | None = None
     entries: dict[str, str] = field(default_factory=dict)
+    data: bytes | None = None
 
     @property
     def key(self):
@@ -57,7 +60,7 @@ class Item:
 
 
 def _write_raw(fd: int, item: Item, offset: int) -> int:
-    data = item.site.tensor.raw_data
+    data = item.data if item.data is not None else item.site.tensor.raw_data
     if len(data) != item.size:
         raise ValueError(
             f"tensor {item.site.label}: raw_data holds {len(data)} bytes but "
@@ -218,5 +221,12 @@ def _set_size(fd: int, size: int) -> None:
     """Give the file its final size, only when it does not have it yet: XFS flushes
     a truncated file when it is closed, so even a truncate to the same size would
     make the close wait for the writeback of everything just copied."""
-    if os.fstat(fd).st_size != size:
+    current = os.fstat(fd).st_size
+    if current == size:
+        return
+    try:
         os.ftruncate(fd, size)
+    except PermissionError:  # fusefat cannot grow a file this way: write its last byte
+        if size < current:
+            raise
+        pwrite_all(fd, b"\0", size - 1)

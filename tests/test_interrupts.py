@@ -1,0 +1,254 @@
+"""Interrupts: SIGINT or SIGTERM at any instant of a re-align.
+
+The rule, as a user hits it: an interrupted ``align_external_data_streaming``
+leaves the old files byte-identical or the new set complete, never a mix, and
+no ``*.onnx-light-tmp`` nor ``*.onnx-light-old`` file behind.
+
+Each trial forks a child that runs one call (Python's default SIGINT handler,
+SIGTERM's default disposition); the parent signals it at a random instant:
+half the trials a uniform delay after the fork (up to 1.2x an uninterrupted
+call), half 0-12 ms after the child's last progress callback (the commit
+window). The whole folder (every name -> bytes, hidden files included) must
+then equal the snapshot before the call ("old") or after an uninterrupted call
+("new", deterministic); a "new" model must load with the expected weights.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import select
+import shutil
+import signal
+import statistics
+import tempfile
+import time
+import traceback
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_light.onnx as onnxl
+from onnx_light.onnx._atomic import OLD_SUFFIX, TMP_SUFFIX
+
+N_TENSORS, SHARD, SRC_ALIGN, DST_ALIGN = 100, 2048, 64, 4096
+N_INT, N_TERM = 36, 8  # per case: 6 cases -> 216 SIGINT and 48 SIGTERM trials
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# case -> (in place, source shard size, destination shard size)
+CASES = {
+    "inplace-one-to-one": (True, None, None),
+    "inplace-one-to-shards": (True, None, SHARD),
+    "inplace-shards-to-shards": (True, SHARD, SHARD),
+    "inplace-shards-to-one": (True, SHARD, None),
+    "newdir-one-to-one": (False, None, None),
+    "newdir-shards-to-shards": (False, SHARD, SHARD),
+}
+
+
+@pytest.fixture(scope="module")
+def model() -> tuple[onnx.ModelProto, dict]:
+    """A chain of Add nodes on 100 float32 initializers of 1000 bytes, and {name: array}."""
+    rng = np.random.default_rng(0)
+    weights = {f"w{i}": rng.standard_normal(250).astype(np.float32) for i in range(N_TENSORS)}
+    nodes = [
+        helper.make_node("Add", ["x" if i == 0 else f"h{i - 1}", f"w{i}"], [f"h{i}"])
+        for i in range(N_TENSORS)
+    ]
+    nodes.append(helper.make_node("Identity", [f"h{N_TENSORS - 1}"], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [250])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [250])],
+        [numpy_helper.from_array(a, n) for n, a in weights.items()],
+    )
+    return helper.make_model(graph), weights
+
+
+def snapshot(root: str) -> dict:
+    """{relative path: bytes} of every file under ``root`` (folders map to None)."""
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        rel = os.path.relpath(folder, root)
+        out.update({os.path.normpath(os.path.join(rel, d)): None for d in dirs})
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as f:
+                out[os.path.normpath(os.path.join(rel, name))] = f.read()
+    return out
+
+
+def describe_mix(now: dict, old: dict, new: dict) -> str:
+    """Which files are as before, as after, neither, extra or missing."""
+    keys = sorted(set(now) | set(old) | set(new))
+    sets = {"leftover": [k for k in now if k.endswith((TMP_SUFFIX, OLD_SUFFIX))]}
+    sets["as old only"] = [k for k in keys if k in now and now[k] == old.get(k, 0) != new.get(k)]
+    sets["as new only"] = [k for k in keys if k in now and now[k] == new.get(k, 0) != old.get(k)]
+    sets["neither"] = [
+        k
+        for k in now
+        if now[k] != old.get(k, 0) and now[k] != new.get(k, 0) and k not in sets["leftover"]
+    ]
+    sets["missing"] = [k for k in keys if k not in now and k in old and k in new]
+    sets["gone (in old only)"] = [k for k in keys if k not in now and k in old and k not in new]
+    sets["absent (in new only)"] = [k for k in keys if k not in now and k in new and k not in old]
+    return "; ".join(f"{len(v)} {k} {sorted(v)[:3]}" for k, v in sets.items() if v)
+
+
+def _child(call, pipe_w: int, log_fd: int) -> None:
+    """Run ``call(progress)`` in the forked child and exit: 0, 130 (Ctrl-C) or 1."""
+    code = 1
+    try:
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)  # what the library or Python itself prints
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        told = []
+
+        def progress(done: int, total: int) -> None:
+            if done == total and not told:
+                told.append(os.write(pipe_w, b"!"))
+
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+            call(progress)
+            code = 0
+        except KeyboardInterrupt:
+            code = 130
+        except BaseException:  # sys.stderr may be pytest's capture: write to the log itself
+            os.write(log_fd, traceback.format_exc().encode())
+    except KeyboardInterrupt:
+        code = 130
+    finally:
+        os._exit(code)
+
+
+def run_trial(call, sig: int | None = None, mode: str = "", delay: float = 0.0):
+    """Fork a child running ``call``; signal it (``mode``: "fork" or "progress" + ``delay``).
+
+    Returns:
+        ``(wait status, the child's output, seconds from fork to its end)``.
+    """
+    pipe_r, pipe_w = os.pipe()
+    with tempfile.TemporaryFile() as log:
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # until the child's handlers
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            _child(call, pipe_w, log.fileno())
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.close(pipe_w)
+        try:
+            if sig is not None:
+                if mode == "fork":
+                    time.sleep(max(0.0, start + delay - time.monotonic()))
+                elif select.select([pipe_r], [], [], 10)[0] and os.read(pipe_r, 1):
+                    time.sleep(delay)
+                os.kill(pid, sig)
+            status, hung = wait_child(pid)
+        finally:
+            os.close(pipe_r)
+        elapsed = time.monotonic() - start
+        log.seek(0)
+        return status, log.read().decode(errors="replace") + hung, elapsed
+
+
+def wait_child(pid: int, timeout: float = 30.0) -> tuple[int, str]:
+    """The child's wait status; a child still running after ``timeout`` is SIGKILLed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status, ""
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            return os.waitpid(pid, 0)[1], f"\n(hung: killed after {timeout:.0f} s)"
+        time.sleep(0.0005)
+
+
+def child_problem(status: int, sig: int | None, output: str) -> str | None:
+    """None when the child ended as the signal allows, else what went wrong."""
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return None
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 130 and sig == signal.SIGINT:
+        return None
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == sig:
+        return None
+    how = (
+        f"exit {os.WEXITSTATUS(status)}"
+        if os.WIFEXITED(status)
+        else f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    )
+    return f"child {how}, output:\n{output}"
+
+
+def loads_expected(path: str, weights: dict) -> bool:
+    """Whether the model at ``path`` loads with exactly ``weights`` as initializers."""
+    got = {t.name: numpy_helper.to_array(t) for t in onnxl.load(path).graph.initializer}
+    return got.keys() == weights.keys() and all(np.array_equal(got[n], weights[n]) for n in got)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_interrupt_leaves_old_or_new(case, model, tmp_path):
+    """SIGINT/SIGTERM at random instants: the folder is the old state or the new one."""
+    proto, weights = model
+    in_place, src_shard, dst_shard = CASES[case]
+    template, work = str(tmp_path / "template"), str(tmp_path / "work")
+    src_dir = template if in_place else os.path.join(template, "src")
+    os.makedirs(src_dir)
+    opts = onnxl.SerializeOptions(SRC_ALIGN, size_threshold=1000, max_shard_size=src_shard)
+    onnxl.save(proto, os.path.join(src_dir, "m.onnx"), location="m.onnx.data", options=opts)
+    if not in_place:
+        os.mkdir(os.path.join(template, "out"))
+    src = os.path.join(work, "m.onnx") if in_place else os.path.join(work, "src", "m.onnx")
+    dst = src if in_place else os.path.join(work, "out", "m.onnx")
+
+    def call(progress) -> None:
+        onnxl.align_external_data_streaming(
+            src, dst, "m.onnx.data", DST_ALIGN, progress=progress, max_shard_size=dst_shard
+        )
+
+    def reset() -> None:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(template, work)
+
+    old = snapshot(template)
+    news, durations = [], []
+    for _ in range(3):  # uninterrupted runs: the new state, and how long a call takes
+        reset()
+        status, output, elapsed = run_trial(call)
+        assert child_problem(status, None, output) is None, output
+        news.append(snapshot(work))
+        durations.append(elapsed)
+    new = news[0]
+    assert news[1] == new == news[2], "an uninterrupted re-align is not deterministic"
+    assert new != old and loads_expected(dst, weights)
+    duration = statistics.median(durations)
+
+    seed = 1000 + list(CASES).index(case)
+    rng = random.Random(seed)
+    counts, bad = {"old": 0, "new": 0, "mix": 0}, []
+    trials = [signal.SIGINT] * N_INT + [signal.SIGTERM] * N_TERM
+    for i, sig in enumerate(trials):
+        mode = "fork" if i % 2 == 0 else "progress"
+        delay = rng.uniform(0, 1.2 * duration) if mode == "fork" else rng.uniform(0, 0.012)
+        where = f"trial {i} ({signal.Signals(sig).name}, {delay * 1000:.2f} ms after {mode})"
+        reset()
+        status, output, _ = run_trial(call, sig, mode, delay)
+        problem = child_problem(status, sig, output)
+        if problem:
+            bad.append(f"{where}: {problem}")
+        now = snapshot(work)
+        if now == old:
+            counts["old"] += 1
+        elif now == new:
+            counts["new"] += 1
+            if not loads_expected(dst, weights):
+                bad.append(f"{where}: the new model does not load with the expected weights")
+        else:
+            counts["mix"] += 1
+            bad.append(f"{where}: a mix: {describe_mix(now, old, new)}")
+    summary = f"{case} (seed {seed}, call {duration * 1000:.1f} ms): {counts}"
+    assert not bad, f"{summary}, {len(bad)} bad trials, e.g.\n" + "\n".join(bad[:3])
+    assert counts["old"] and counts["new"], f"{summary}: both outcomes must occur"
