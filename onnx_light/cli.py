@@ -18,43 +18,89 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 
 import onnx_light
 from onnx_light._inspect import model_info, verify_model
 from onnx_light._progress import Progress, human
-from onnx_light.onnx._align import AlignResult, align_model
+from onnx_light.onnx._align import MAX_CHUNK_SIZE, AlignResult, align_model
+from onnx_light.onnx._options import MAX_ALIGNMENT
 
 PROG = "onnx-light"
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+# ASCII digits, then K, M, G or T with an optional i, then an optional B, in
+# any case. re.ASCII: no other digits (int() takes them, and '_'), and no
+# KELVIN SIGN for K (it matches 'k' when case-folded in Unicode mode).
+_SIZE = re.compile(r"(-?)([0-9]+)(?:([KMGT])I?)?B?", re.ASCII | re.IGNORECASE)
 
 
-def _size(text: str) -> int:
-    """Parse a byte count: ``4096``, ``64K``, ``4M``, ``1GiB`` (powers of 1024)."""
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    unit = t[-1:] if t[-1:] in _UNITS else ""
+def _byte_count(text: str) -> int:
+    """Parse a byte count: ``4096``, ``64K``, ``4M``, ``1GiB`` (powers of 1024).
+
+    A leading ``-`` is read, so that the range checks can say what the bound is.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is not a byte count.
+    """
+    match = _SIZE.fullmatch(text.strip())
     try:
-        value = int(t[: len(t) - len(unit)]) * _UNITS[unit]
+        if match is None:
+            raise ValueError(text)
+        sign, digits, unit = match.groups()
+        value = int(digits)  # ValueError past sys.get_int_max_str_digits() digits
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a byte count: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return value * _UNITS[(unit or "").upper()] * (-1 if sign else 1)
+
+
+def _bytes(n: int) -> str:
+    """``n`` bytes in the largest unit dividing it: ``1 byte``, ``64 KiB``, ``1 GiB``."""
+    for unit, factor in reversed(_UNITS.items()):
+        if unit and n and n % factor == 0:
+            return f"{n // factor} {unit}iB"
+    return f"{n} byte{'' if n == 1 else 's'}"
+
+
+def _size_in(text: str, low: int, high: int | None = None) -> int:
+    """A byte count from ``low`` to ``high`` (no upper limit when None)."""
+    value = _byte_count(text)
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be at least {_bytes(low)}, got {text!r}")
+    if high is not None and value > high:
+        raise argparse.ArgumentTypeError(f"must be at most {_bytes(high)}, got {text!r}")
     return value
 
 
+def _size(text: str) -> int:
+    return _size_in(text, 0)
+
+
 def _alignment(text: str) -> int:
-    value = _size(text)
-    if value < 1 or value & (value - 1):
-        raise argparse.ArgumentTypeError(f"must be a power of two >= 1, got {text!r}")
+    value = _byte_count(text)
+    if not 1 <= value <= MAX_ALIGNMENT or value & (value - 1):
+        raise argparse.ArgumentTypeError(
+            f"must be a power of two from 1 to {_bytes(MAX_ALIGNMENT)}, got {text!r}"
+        )
     return value
 
 
 def _chunk(text: str) -> int:
-    value = _size(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
-    return value
+    return _size_in(text, 1, MAX_CHUNK_SIZE)
+
+
+def _shard(text: str) -> int:
+    return _size_in(text, 1)
+
+
+def _output(text: str) -> str:
+    """An output path: ``-`` is refused (it would name a file, not stdout)."""
+    if text == "-":
+        raise argparse.ArgumentTypeError(
+            "'-': writing to stdout is not supported, name a file (./- for a file named '-')"
+        )
+    return text
 
 
 def cmd_align(args: argparse.Namespace) -> int:
@@ -222,7 +268,8 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line (exit code 2)."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        # PROG, not self.prog ("onnx-light align"): every error line starts alike
+        self.exit(2, f"{PROG}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -246,9 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
         "offset multiple of --alignment; write DST pointing at it. Weights never sit in RAM.",
     )
     p.add_argument("src", metavar="SRC.onnx", help="the model to re-align")
-    p.add_argument("dst", metavar="DST.onnx", help="the new model (may be SRC: in place)")
+    p.add_argument(
+        "dst", type=_output, metavar="DST.onnx", help="the new model (may be SRC: in place)"
+    )
     p.add_argument(
         "--weights",
+        type=_output,
         metavar="PATH",
         help="the new weights file, relative to DST's folder and inside it "
         "(default: DST.onnx.data)",
@@ -276,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-shard-size",
-        type=_chunk,
+        type=_shard,
         default=None,
         metavar="BYTES",
         help="split the weights into files of at most BYTES each, e.g. 2G, named as onnx-ir "
@@ -329,15 +379,32 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except (OSError, ValueError) as e:
-        print(f"{PROG}: error: {_printable(str(e))}", file=sys.stderr)
-        return 1
+        return _fail(args, str(e))
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
+        _json_error(args, "interrupted")
         return 130
     except Exception as e:  # never a traceback, whatever the input file holds
-        print(
-            f"{PROG}: error: unexpected {type(e).__name__}: {_printable(str(e))} "
-            "(please report it)",
-            file=sys.stderr,
-        )
-        return 1
+        return _fail(args, f"unexpected {type(e).__name__}: {e}", " (please report it)")
+
+
+def _fail(args: argparse.Namespace, message: str, hint: str = "") -> int:
+    """Report a failure: one line on stderr (and JSON on stdout for ``info --json``).
+
+    Returns:
+        The exit code, 1.
+    """
+    print(f"{PROG}: error: {_printable(message)}{hint}", file=sys.stderr)
+    _json_error(args, message)
+    return 1
+
+
+def _json_error(args: argparse.Namespace, message: str) -> None:
+    """For ``info --json``, print ``{"error": ..., "model": ...}`` on stdout.
+
+    Scripts parsing stdout then always get one JSON document; ``info`` prints
+    its own document in one call, after which nothing can fail but the write.
+    """
+    if args.func is cmd_info and args.json:
+        with contextlib.suppress(OSError, ValueError):  # stdout closed or a broken pipe
+            print(json.dumps({"error": message, "model": args.model}, indent=2), flush=True)

@@ -159,18 +159,70 @@ def test_align_no_bar_when_quiet_or_not_a_tty(tmp_path, capsys, monkeypatch):
     [
         ("--alignment", "3", "power of two"),
         ("--alignment", "0", "power of two"),
-        ("--chunk-size", "0", "must be > 0"),
+        ("--alignment", "2G", "power of two from 1 to 1 GiB"),
+        ("--alignment", "-4096", "power of two from 1 to 1 GiB"),
+        ("--chunk-size", "0", "must be at least 1 byte"),
+        ("--chunk-size", "-1", "must be at least 1 byte"),
+        ("--chunk-size", "2G", "must be at most 1 GiB"),
         ("--chunk-size", "lots", "not a byte count"),
-        ("--size-threshold", "-1", "must be >= 0"),
+        ("--max-shard-size", "0", "must be at least 1 byte"),
+        ("--size-threshold", "-1", "must be at least 0 bytes"),
+        # ASCII digits and a unit only, though int() takes the rest
+        ("--alignment", "\u0664", "not a byte count"),  # ARABIC-INDIC DIGIT FOUR
+        ("--alignment", "1_024", "not a byte count"),
+        ("--chunk-size", "\uff14K", "not a byte count"),  # FULLWIDTH DIGIT FOUR
+        ("--chunk-size", "4\u212a", "not a byte count"),  # KELVIN SIGN, 'k' when case-folded
+        ("--chunk-size", "4iB", "not a byte count"),
+        ("--size-threshold", "+1", "not a byte count"),
+        ("--size-threshold", "", "not a byte count"),
+        ("--size-threshold", "K", "not a byte count"),
     ],
 )
 def test_align_bad_usage_exit_2(tmp_path, capsys, option, value, message):
     src = save_model(tmp_path)
     dst = tmp_path / "out.onnx"
     assert main(["align", src, str(dst), option, value]) == 2
-    err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err
+    assert_one_error_line(capsys.readouterr().err, option, message)
     assert not dst.exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--alignment", "4096", 4096),
+        ("--alignment", "64K", 65536),
+        ("--alignment", "1GiB", 2**30),  # the largest alignment
+        ("--alignment", "1gib", 2**30),
+        ("--chunk-size", "4M", 4 * 2**20),
+        ("--chunk-size", "1G", 2**30),  # the largest chunk
+        ("--chunk-size", "1", 1),
+        ("--chunk-size", "64kb", 65536),
+        ("--chunk-size", "512B", 512),
+        ("--max-shard-size", "2G", 2 * 2**30),  # no upper bound
+        ("--max-shard-size", "1Ti", 2**40),
+        ("--size-threshold", "0", 0),
+    ],
+)
+def test_align_sizes_accepted(option, value, expected):
+    args = build_parser().parse_args(["align", "a.onnx", "b.onnx", option, value])
+    assert getattr(args, option[2:].replace("-", "_")) == expected
+
+
+@pytest.mark.parametrize("argv", [["-"], ["out.onnx", "--weights", "-"]])
+def test_align_to_stdout_refused_exit_2(tmp_path, capsys, monkeypatch, argv):
+    src = save_model(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["align", src, *argv]) == 2
+    assert_one_error_line(capsys.readouterr().err, "stdout is not supported", "./-")
+    assert sorted(os.listdir(tmp_path)) == ["m.data", "m.onnx"]
+
+
+def test_align_to_a_file_named_dash(tmp_path, monkeypatch):
+    src = save_model(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["align", src, "./-", "--weights", "./-.w", "-q"]) == 0
+    assert sorted(os.listdir(tmp_path)) == ["-", "-.w", "m.data", "m.onnx"]
+    assert_same_tensors(src, tmp_path / "-")
 
 
 # info ----------------------------------------------------------------------
@@ -318,6 +370,29 @@ def test_not_an_onnx_file_exit_1(tmp_path, capsys):
     bad.write_bytes(b"\xff" * 100)
     assert main(["info", str(bad)]) == 1
     assert_one_error_line(capsys.readouterr().err, "bad.onnx")
+
+
+def test_info_json_failure_prints_json(tmp_path, capsys, monkeypatch):
+    missing = str(tmp_path / "nope.onnx")
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\xff" * 100)
+    for path, word in [(missing, "does not exist"), (str(bad), "bad.onnx")]:
+        assert main(["info", "--json", path]) == 1
+        captured = capsys.readouterr()
+        doc = json.loads(captured.out)
+        assert sorted(doc) == ["error", "model"] and doc["model"] == path
+        assert word in doc["error"]
+        assert_one_error_line(captured.err, word)
+        assert doc["error"] in captured.err
+
+    def boom(path):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("onnx_light.cli.model_info", boom)
+    assert main(["info", missing, "--json"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"error": "unexpected RuntimeError: boom", "model": missing}
+    assert_one_error_line(captured.err, "unexpected RuntimeError: boom")
 
 
 def test_align_missing_weights_file_exit_1(tmp_path, capsys):
