@@ -17,16 +17,69 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from math import prod
 
+import numpy as np
 import onnx
+import onnx.helper
+import onnx.numpy_helper
+
+from ._errors import ExternalDataError
 
 Path = tuple[tuple[str, int | None], ...]
 
-# Bits per element of each fixed-size ONNX data type (strings have none).
-_BITS = {
-    1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64, 12: 32,
-    13: 64, 14: 64, 15: 128, 16: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4,
-    23: 4, 24: 8, 25: 2, 26: 2,
+# Bits per element of the data types the ONNX spec names, fixed by the spec. The
+# packed types take ceil(n * bits / 8) bytes for n elements. Older onnx maps
+# bfloat16 and float8 to numpy float32 and int4 to int8, so these are not read
+# from its numpy dtypes; only a type missing here is (see _element_bits).
+_SPEC_BITS = {
+    "FLOAT": 32, "UINT8": 8, "INT8": 8, "UINT16": 16, "INT16": 16, "INT32": 32,
+    "INT64": 64, "BOOL": 8, "FLOAT16": 16, "DOUBLE": 64, "UINT32": 32, "UINT64": 64,
+    "COMPLEX64": 64, "COMPLEX128": 128, "BFLOAT16": 16, "FLOAT8E4M3FN": 8,
+    "FLOAT8E4M3FNUZ": 8, "FLOAT8E5M2": 8, "FLOAT8E5M2FNUZ": 8, "UINT4": 4, "INT4": 4,
+    "FLOAT4E2M1": 4, "FLOAT8E8M0": 8, "UINT2": 2, "INT2": 2, "FLOAT6E2M3": 6,
+    "FLOAT6E3M2": 6,
 }  # fmt: skip
+
+
+def _onnx_bits(code: int) -> int | None:
+    """Bits per element of ``code`` read from the numpy dtype onnx maps it to.
+
+    ml_dtypes types (onnx's own dependency) give their bit count, 4 for int4
+    although one byte wide; numpy types give their item size. None when onnx
+    has no numpy dtype for the type.
+    """
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(code))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if dtype.type.__module__.startswith("ml_dtypes"):
+        import ml_dtypes
+
+        for info in (ml_dtypes.finfo, ml_dtypes.iinfo):
+            try:
+                return info(dtype).bits
+            except (TypeError, ValueError):
+                pass
+    return dtype.itemsize * 8
+
+
+def _element_bits() -> dict[int, int]:
+    """Bits per element of every fixed-size data type the installed onnx defines.
+
+    Iterates ``onnx.TensorProto.DataType`` so a type added by a newer onnx is
+    not missed: its width comes from :data:`_SPEC_BITS`, else from onnx's numpy
+    dtype. UNDEFINED and STRING have no width.
+    """
+    bits = {}
+    for name, code in onnx.TensorProto.DataType.items():
+        if name not in ("UNDEFINED", "STRING"):
+            width = _SPEC_BITS.get(name) or _onnx_bits(code)
+            if width:
+                bits[code] = width
+    return bits
+
+
+# Bits per element of each fixed-size ONNX data type (strings have none).
+_BITS = _element_bits()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +126,57 @@ def tensor_nbytes(tensor: onnx.TensorProto) -> int | None:
     if bits is None or (dims and min(dims) < 0):
         return None
     return (prod(dims) * bits + 7) // 8
+
+
+def typed_raw_bytes(tensor: onnx.TensorProto) -> bytes | None:
+    """The ``raw_data`` bytes holding the same values as the tensor's typed field.
+
+    The typed field is the one ONNX assigns to the data type (``float_data``,
+    ``int32_data``, ``int64_data``, ``double_data`` or ``uint64_data``). The
+    bytes are little-endian, packed for the 2-, 4- and 6-bit types, one byte
+    0 or 1 per bool: what ``raw_data`` would hold, ``tensor_nbytes`` long.
+
+    Args:
+        tensor: the tensor (not modified).
+
+    Returns:
+        The bytes, or None when the tensor keeps no values in its typed field
+        (it has raw_data or external data, or the field is empty) or cannot
+        have raw_data (STRING, UNDEFINED, a type unknown to onnx).
+
+    Raises:
+        ValueError: the typed field holds a number of values that does not
+            match dtype x dims, or onnx cannot convert the type bit-exactly.
+    """
+    code, bits = tensor.data_type, _BITS.get(tensor.data_type)
+    if bits is None or tensor.HasField("raw_data") or is_external(tensor):
+        return None
+    values = getattr(tensor, onnx.helper.tensor_dtype_to_field(code))
+    if not len(values):
+        return None
+    n = prod(tensor.dims)
+    if bits < 8 and 8 % bits == 0:  # 2 or 4 values packed in each int32_data entry
+        expected = (n * bits + 7) // 8
+    elif code in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128):
+        expected = 2 * n
+    else:
+        expected = n
+    if len(values) != expected:
+        raise ValueError(
+            f"tensor {tensor.name!r}: {len(values)} values in its typed field, "
+            f"dtype x dims needs {expected}"
+        )
+    if code == onnx.TensorProto.BOOL:
+        # Any nonzero int32 is true (as onnxruntime reads it); onnx's to_array keeps
+        # the low byte instead (256 -> false, 2 -> a bool byte 2). Raw bools are 0 or 1.
+        return (np.asarray(values, dtype=np.int32) != 0).astype(np.uint8).tobytes()
+    raw = onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(tensor))
+    if raw.data_type != code or len(raw.raw_data) != tensor_nbytes(tensor):
+        raise ValueError(
+            f"tensor {tensor.name!r}: onnx {onnx.__version__} does not convert "
+            f"{onnx.TensorProto.DataType.Name(code)} to raw_data bit-exactly"
+        )
+    return raw.raw_data
 
 
 def is_external(tensor: onnx.TensorProto) -> bool:
@@ -151,3 +255,15 @@ def iter_tensors(model: onnx.ModelProto) -> Iterator[TensorSite]:
             yield TensorSite(proto, path)
         else:
             stack.append(_graph(proto, path))
+
+
+def typed_bytes(site: TensorSite) -> bytes | None:
+    """:func:`typed_raw_bytes` of a tensor of the walker, its errors naming its path.
+
+    Raises:
+        ExternalDataError: its typed field does not hold dtype x dims values.
+    """
+    try:
+        return typed_raw_bytes(site.tensor)
+    except ValueError as e:
+        raise ExternalDataError(f"tensor {site.label}: cannot be moved: {e}") from None
