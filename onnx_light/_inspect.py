@@ -11,7 +11,7 @@ import os
 import onnx
 
 from onnx_light.onnx._external import Resolver, check_location
-from onnx_light.onnx._io import scan_model
+from onnx_light.onnx._scan import scan_model
 from onnx_light.onnx._sources import SourceFiles
 from onnx_light.onnx._tensors import is_external, iter_tensors, path_to_str, tensor_nbytes
 

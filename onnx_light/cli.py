@@ -25,7 +25,9 @@ import time
 import onnx_light
 from onnx_light._inspect import model_info, verify_model
 from onnx_light._progress import Progress, human
-from onnx_light.onnx._align import MAX_CHUNK_SIZE, AlignResult, align_model
+from onnx_light.onnx import AlignResult, align_external_data_streaming
+from onnx_light.onnx._align import MAX_CHUNK_SIZE
+from onnx_light.onnx._layout import SHARD_NAMINGS
 from onnx_light.onnx._options import MAX_ALIGNMENT
 
 PROG = "onnx-light"
@@ -113,20 +115,22 @@ def cmd_align(args: argparse.Namespace) -> int:
     Returns:
         The exit code, 0.
     """
-    weights = args.weights or os.path.basename(args.dst) + ".data"
     show = not args.quiet and sys.stderr.isatty()
     progress = Progress(f"align {os.path.basename(args.src)}") if show else None
     start = time.perf_counter()
     try:
-        result = align_model(
+        result = align_external_data_streaming(
             args.src,
             args.dst,
-            weights,
+            args.weights,
             args.alignment,
             args.chunk_size,
             size_threshold=args.size_threshold,
             progress=progress,
             max_shard_size=args.max_shard_size,
+            inline_below=args.inline_below,
+            shard_naming=args.shard_naming,
+            remove_unreferenced=args.prune,
         )
     finally:
         if progress is not None:
@@ -147,17 +151,36 @@ def _align_summary(args: argparse.Namespace, result: AlignResult, elapsed: float
         )
     if not result.moved:
         limit = "" if result.threshold is None else f" of {result.threshold} bytes or more"
-        return (
+        line = (
             f"{note}no tensor{limit} to move: wrote {_printable(args.dst)} alone, "
             f"no weights file, in {elapsed:.2f} s"
         )
+        return "\n".join([line, *_more(result)])
     where = _printable(result.weights_paths[0])
     if len(result.weights_paths) > 1:
         where = f"{len(result.weights_paths)} shards ({where}, ...)"
-    return (
-        f"{note}wrote {result.size} bytes ({human(result.size)}) for {result.moved} tensors "
-        f"to {where} aligned to {args.alignment} in {elapsed:.2f} s"
-    )
+    typed = f" ({result.typed} from typed fields such as float_data)" if result.typed else ""
+    lines = [
+        f"{note}wrote {result.size} bytes ({human(result.size)}) for {result.moved} tensors"
+        f"{typed} to {where} aligned to {args.alignment} in {elapsed:.2f} s"
+    ]
+    return "\n".join(lines + _more(result))
+
+
+def _more(result: AlignResult) -> list[str]:
+    """The lines about tensors brought back inline and files left behind."""
+    lines = []
+    if result.inlined:
+        lines.append(f"{result.inlined} small external tensors written inline (--inline-below)")
+    names = ", ".join(_printable(os.path.basename(p)) for p in result.unreferenced)
+    if result.removed:
+        lines.append(f"removed {len(result.removed)} weights files no model references: {names}")
+    elif result.unreferenced:
+        lines.append(
+            f"{len(result.unreferenced)} weights files no .onnx of the folder references any "
+            f"more: {names} (--prune removes them)"
+        )
+    return lines
 
 
 def _printable(text: str) -> str:
@@ -301,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_output,
         metavar="PATH",
         help="the new weights file, relative to DST's folder and inside it "
-        "(default: DST.onnx.data)",
+        "(default: DST.data, e.g. model.onnx.data)",
     )
     p.add_argument(
         "--alignment",
@@ -331,6 +354,28 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="split the weights into files of at most BYTES each, e.g. 2G, named as onnx-ir "
         "names them (model-00001-of-00003.onnx.data); a larger tensor is alone in its file",
+    )
+    p.add_argument(
+        "--shard-naming",
+        choices=SHARD_NAMINGS,
+        default="onnx-ir",
+        help="how shards are named: onnx-ir (default: model-00001-of-00003.onnx.data) or "
+        "transformers.js (model.onnx_data, model.onnx_data_1, ...: the names its loader "
+        "derives, at most 100 files; the weights default to DST_data)",
+    )
+    p.add_argument(
+        "--inline-below",
+        type=_size,
+        default=None,
+        metavar="BYTES",
+        help="write external tensors smaller than BYTES inline in DST (onnxruntime refuses "
+        "some small inputs, a shape or axes, stored as external data)",
+    )
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="in place: delete the weights files the old model used and no .onnx of the "
+        "folder references any more (listed either way)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
     p.set_defaults(func=cmd_align)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -442,3 +443,72 @@ def test_python_m_onnx_light(tmp_path):
     proc = subprocess.run([*run, "verify", missing], capture_output=True, text=True, check=False)
     assert proc.returncode == 1
     assert_one_error_line(proc.stderr, "nope.onnx")
+
+
+def test_align_prune_reports_then_removes_left_over_files(tmp_path, capsys):
+    """In place from one file per tensor to one file: the old files are listed, or pruned."""
+    template = tmp_path / "template"
+    template.mkdir()
+    model = make_gemm_model(N, DIM)
+    onnx.save(model, str(template / "m.onnx"), save_as_external_data=True,
+              all_tensors_to_one_file=False, size_threshold=0)  # fmt: skip
+    before = arrays(template / "m.onnx")
+    old = sorted(set(os.listdir(template)) - {"m.onnx"})
+    assert len(old) == len(NAMES)
+    listed = shutil.copytree(template, tmp_path / "listed")
+    assert main(["align", str(listed / "m.onnx"), str(listed / "m.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(old)} weights files no .onnx of the folder references" in out
+    assert "--prune" in out
+    assert set(old) <= set(os.listdir(listed)), "never deleted without --prune"
+    # with a second model of the folder that still reads one of them
+    pruned = shutil.copytree(template, tmp_path / "pruned")
+    keep = old[0]
+    variant = onnx.load(str(pruned / "m.onnx"), load_external_data=False)
+    del variant.graph.initializer[:]
+    variant.graph.initializer.append(
+        next(t for t in model.graph.initializer if t.external_data[0].value == keep)
+    )
+    onnx.save(variant, str(pruned / "v.onnx"))
+    assert main(["align", str(pruned / "m.onnx"), str(pruned / "m.onnx"), "--prune"]) == 0
+    out = capsys.readouterr().out
+    assert f"removed {len(old) - 1} weights files" in out
+    assert sorted(os.listdir(pruned)) == sorted(["m.onnx", "m.onnx.data", "v.onnx", keep])
+    after = arrays(pruned / "m.onnx")
+    assert after.keys() == before.keys()
+    for name, value in after.items():
+        np.testing.assert_array_equal(value, before[name])
+
+
+def test_align_moves_typed_field_tensors(tmp_path, capsys):
+    """A single-file model whose weights sit in float_data: they move, and the summary says so."""
+    model = make_gemm_model(N, DIM)
+    for t in model.graph.initializer:
+        values = numpy_helper.to_array(t)
+        t.ClearField("raw_data")
+        t.float_data.extend(values.ravel().tolist())
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    assert main(["align", str(tmp_path / "m.onnx"), str(tmp_path / "a.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert f"for {N} tensors ({N} from typed fields" in out  # the biases: 256 bytes
+    assert len(external_entries(tmp_path / "a.onnx")) == N
+    assert_same_tensors(tmp_path / "m.onnx", tmp_path / "a.onnx")
+
+
+def test_align_shard_naming_and_inline_below(tmp_path, capsys):
+    """transformers.js names (model.onnx_data, model.onnx_data_1...) and small tensors inline."""
+    src = save_model(tmp_path)
+    dst = tmp_path / "out" / "model.onnx"
+    dst.parent.mkdir()
+    bias = DIM * 4  # the B tensors: 256 bytes, inline with --inline-below 1K
+    argv = ["align", src, str(dst), "--shard-naming", "transformers.js", "--max-shard-size",
+            str(DIM * DIM * 4), "--inline-below", "1K"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"{N} small external tensors written inline" in out
+    expected = ["model.onnx", "model.onnx_data"] + [f"model.onnx_data_{i}" for i in range(1, N)]
+    assert sorted(os.listdir(dst.parent)) == sorted(expected)
+    entries = external_entries(dst)
+    assert sorted(entries) == sorted(f"W{i}" for i in range(N))
+    assert all(int(e["length"]) > bias for e in entries.values())
+    assert_same_tensors(src, dst)

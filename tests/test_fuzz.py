@@ -26,7 +26,7 @@ from conftest import make_every_kind_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from onnx_light.onnx._io import parse_model
+from onnx_light.onnx._scan import parse_model
 from onnx_light.onnx._serialize import _is_repeated
 from onnx_light.onnx._tensors import is_external, iter_tensors
 from onnx_light.onnx._wire import FileBuffer, encode_varint, scan_buffer

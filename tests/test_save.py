@@ -160,23 +160,52 @@ def test_skip_loaded_model_saved_elsewhere(tmp_path, every_kind):
     assert read_back(tmp_path / "single.onnx") == tensor_bytes(every_kind)
 
 
-def test_refuses_to_overwrite_its_own_source(tmp_path, every_kind):
+IN_PLACE_SAVES = [
+    ("same location", "m.data", {}),
+    ("another location", "w.data", {}),
+    ("another alignment", "m.data", {"alignment": 4096}),
+    ("bytes copied", "m.data", {"use_external_data_location": False, "alignment": 64}),
+    ("shards", "m.data", {"max_shard_size": 4096}),
+    ("single file", None, {}),
+]
+
+
+@pytest.mark.parametrize("case,location,kwargs", IN_PLACE_SAVES, ids=[c[0] for c in IN_PLACE_SAVES])
+def test_save_in_place_over_the_files_it_was_loaded_from(
+    tmp_path, every_kind, case, location, kwargs
+):
+    """load without the weights, edit the graph, save to the same path: as onnx.save does."""
+    save_two_file(every_kind, tmp_path / "m.onnx", location="m.data")
+    meta = onnxl.load(tmp_path / "m.onnx", load_external_data=False)
+    meta.graph.doc_string = "edited"
+    onnxl.save(meta, tmp_path / "m.onnx", location, options=_opts(**kwargs))
+    assert read_back(tmp_path / "m.onnx") == tensor_bytes(every_kind)
+    assert onnx.load(tmp_path / "m.onnx").graph.doc_string == "edited"
+    assert not [n for n in os.listdir(tmp_path) if "onnx-light" in n]
+    if kwargs.get("alignment") == 4096:
+        assert all(off % 4096 == 0 for _, off, _ in external_offsets(tmp_path / "m.onnx"))
+
+
+def test_save_in_place_of_a_model_loaded_with_skip_raw_data(tmp_path, every_kind):
+    onnxl.save(every_kind, tmp_path / "m.onnx")  # one file, its weights inline
+    meta = onnxl.load(tmp_path / "m.onnx", load_external_data=False, skip_raw_data=True)
+    onnxl.save(meta, tmp_path / "m.onnx")  # references into m.onnx itself: spliced back
+    assert read_back(tmp_path / "m.onnx") == tensor_bytes(every_kind)
+    meta = onnxl.load(tmp_path / "m.onnx", load_external_data=False, skip_raw_data=True)
+    onnxl.save(meta, tmp_path / "m.onnx", "m.data")  # moved out of the file they were in
+    assert read_back(tmp_path / "m.onnx") == tensor_bytes(every_kind)
+    assert os.path.getsize(tmp_path / "m.data") > 0
+
+
+def test_save_still_refuses_to_break_another_model(tmp_path, every_kind):
     save_two_file(every_kind, tmp_path / "m.onnx", location="m.data")
     digest = folder_digest(tmp_path)
     meta = onnxl.load(tmp_path / "m.onnx", load_external_data=False)
-    with pytest.raises(onnxl.ExternalDataError, match="overwrite"):
-        onnxl.save(meta, tmp_path / "m.onnx", "m.data")
-    assert folder_digest(tmp_path) == digest
-    # streaming the bytes instead: save cannot know which other .onnx reads
-    # m.data, so it refuses too, and points at the declared in-place case
-    opts = _opts(use_external_data_location=False, alignment=4096)
-    for dst in ("m.onnx", "other.onnx"):
+    # other.onnx would replace m.data, which m.onnx (not replaced) reads
+    for opts in (_opts(), _opts(use_external_data_location=False, alignment=4096)):
         with pytest.raises(onnxl.ExternalDataError, match="overwrite.*align_external_data"):
-            onnxl.save(meta, tmp_path / dst, "m.data", options=opts)
+            onnxl.save(meta, tmp_path / "other.onnx", "m.data", options=opts)
         assert folder_digest(tmp_path) == digest
-    onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "m.onnx", "m.data")
-    assert all(off % 4096 == 0 for _, off, _ in external_offsets(tmp_path / "m.onnx"))
-    assert read_back(tmp_path / "m.onnx") == tensor_bytes(every_kind)
 
 
 def test_failure_leaves_nothing_and_keeps_existing_files(tmp_path, every_kind, monkeypatch):

@@ -27,12 +27,14 @@ from onnx import (
     numpy_helper,
 )
 
+from ._align import AlignResult
 from ._errors import ExternalDataError
 from ._io import load, save
 from ._options import SerializeOptions
 from ._streaming import align_external_data_streaming, save_model_with_shared_external_data
 
 __all__ = [
+    "AlignResult",
     "AttributeProto",
     "ExternalDataError",
     "FunctionProto",

@@ -356,7 +356,7 @@ _PLACED = frozenset(("location", "offset", "length"))
 def place(
     tensor: onnx.TensorProto, location: str, offset: int, length: int, extra: dict[str, str]
 ) -> None:
-    """Make ``tensor`` EXTERNAL at ``location``, ``offset``, ``length`` (raw_data cleared).
+    """Make ``tensor`` EXTERNAL at ``location``, ``offset``, ``length`` (its data cleared).
 
     Args:
         tensor: the tensor to change, in place.
@@ -367,6 +367,8 @@ def place(
             (``checksum``...) are kept, after the three.
     """
     tensor.ClearField("raw_data")
+    for field in _TYPED_FIELDS:  # a tensor that held its values in float_data...
+        tensor.ClearField(field)
     entries = tensor.external_data
     del entries[:]
     add = entries.add

@@ -5,85 +5,16 @@ from __future__ import annotations
 import os
 
 import onnx
-from google.protobuf.message import DecodeError
 
 from ._atomic import folder_lock
 from ._errors import ExternalDataError, shown
-from ._external import InlineSpans, Resolver, TensorRef, set_inline
+from ._external import TensorRef, set_inline
 from ._files import read_refs, read_whole
 from ._options import SerializeOptions, check_num_threads, check_options
 from ._plan import SavePlan
-from ._sources import SourceFile, SourceFiles
+from ._scan import PROTOBUF_LIMIT, external_refs, own_location, parse_model, scan_model
+from ._sources import SourceFiles
 from ._targets import destination_path
-from ._tensors import is_external, iter_tensors
-from ._wire import scan_file
-
-PROTOBUF_LIMIT = 2**31 - 1
-
-
-def parse_model(data: bytes, path: str) -> onnx.ModelProto:
-    """Parse serialized model bytes, with an error that names the file.
-
-    Raises:
-        ValueError: the bytes are not an ONNX model.
-    """
-    model = onnx.ModelProto()
-    try:
-        model.ParseFromString(data)
-    except (DecodeError, RuntimeError) as e:
-        raise ValueError(f"{path!r} is not a valid ONNX model: {e}") from None
-    if not model.HasField("graph") and not model.ir_version and not len(model.functions):
-        raise ValueError(f"{path!r} is not a valid ONNX model: no graph, ir_version or function")
-    return model
-
-
-def own_location(path: str) -> str:
-    """The ``location`` recorded for the inline bytes of the model file ``path``.
-
-    Its name, or, when the name is not valid UTF-8 (which a protobuf string
-    must be), the name with its undecodable bytes escaped.
-    """
-    return os.fsencode(os.path.basename(path)).decode("utf-8", "backslashreplace")
-
-
-def scan_model(
-    path: str, files: SourceFiles, threshold: int = 1024
-) -> tuple[onnx.ModelProto, InlineSpans]:
-    """Parse a model without reading its inline weights (``skip_raw_data``).
-
-    The model file is opened once, through ``files``; its inline raw_data of
-    at least ``threshold`` bytes become references into the file itself.
-
-    Returns:
-        ``(model, inline)``: the metadata, and the spans of the inline bytes
-        (to be read from the opened model file).
-
-    Raises:
-        FileNotFoundError: the file is missing.
-        ValueError: it is not an ONNX model (or not a regular file).
-    """
-    source = files.model(path)
-    location = own_location(path)
-    with files.lease(source) as fd:
-        data, converted = scan_file(fd, source.size, location, threshold, repr(path))
-    return parse_model(data, path), InlineSpans(location, frozenset(converted), source)
-
-
-def external_refs(
-    model: onnx.ModelProto,
-    base_dir: str,
-    files: SourceFiles,
-    inline: InlineSpans | None = None,
-    source: SourceFile | None = None,
-) -> list[TensorRef]:
-    """Check every external reference of ``model`` (read from ``source``) and open its file.
-
-    Raises:
-        FileNotFoundError: a referenced file is missing.
-        ExternalDataError: a reference is malformed, unsafe or out of range.
-    """
-    resolver = Resolver(base_dir, files, inline, source)
-    return [resolver.resolve(s) for s in iter_tensors(model) if is_external(s.tensor)]
 
 
 def read_external_data(

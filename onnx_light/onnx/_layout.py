@@ -140,14 +140,40 @@ def plan_shards(
     ]
 
 
-def shard_name(location: str, index: int, count: int) -> str:
-    """The name of shard ``index`` (from 0) of ``count``, as onnx-ir names them.
+ONNX_IR = "onnx-ir"
+TRANSFORMERS_JS = "transformers.js"
+SHARD_NAMINGS = (ONNX_IR, TRANSFORMERS_JS)
+TRANSFORMERS_JS_MAX_FILES = 100  # transformers.js's MAX_EXTERNAL_DATA_CHUNKS
 
-    ``model.onnx.data`` becomes ``model-00001-of-00003.onnx.data``: the marker
-    goes before the chain of extensions. One shard keeps the name as it is.
+
+def check_shard_naming(value: object) -> str:
+    """Validate a shard naming: ``"onnx-ir"`` or ``"transformers.js"``.
+
+    Raises:
+        TypeError: it is not a string.
+        ValueError: it is another string.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"shard_naming must be a str, got {value!r}")
+    if value not in SHARD_NAMINGS:
+        raise ValueError(f"shard_naming must be one of {SHARD_NAMINGS}, got {value!r}")
+    return value
+
+
+def shard_name(location: str, index: int, count: int, naming: str = ONNX_IR) -> str:
+    """The name of shard ``index`` (from 0) of ``count``.
+
+    As onnx-ir names them (default), ``model.onnx.data`` becomes
+    ``model-00001-of-00003.onnx.data``: the marker goes before the chain of
+    extensions. As transformers.js's loader derives them
+    (``"transformers.js"``), ``model.onnx_data`` is the first file, then
+    ``model.onnx_data_1``, ``model.onnx_data_2``... One shard keeps the name
+    as it is, in both namings.
     """
     if count == 1:
         return location
+    if naming == TRANSFORMERS_JS:
+        return location if index == 0 else f"{location}_{index}"
     folder, name = location.rsplit("/", 1) if "/" in location else ("", location)
     suffixes = []
     while "." in name[1:]:

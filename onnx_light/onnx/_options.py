@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from ._layout import check_shard_naming
+
 MAX_ALIGNMENT = 2**30
 
 
@@ -58,14 +60,18 @@ def check_num_threads(value: object, files: int = 1) -> int:
     return value
 
 
-def check_size_threshold(value: object) -> int:
+def check_size_threshold(value: object, name: str = "size_threshold") -> int:
     """Validate a size threshold in bytes (an int >= 0).
+
+    Args:
+        value: the threshold.
+        name: the argument's name, for the message.
 
     Raises:
         ValueError: when it is not an int >= 0.
     """
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"size_threshold must be an int >= 0, got {value!r}")
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
     return value
 
 
@@ -112,6 +118,9 @@ class SerializeOptions:
         max_shard_size: split the weights file into shards of at most this
             many bytes, named as onnx-ir names them
             (``model-00001-of-00003.onnx.data``); None (default): one file.
+        shard_naming: ``"onnx-ir"`` (default) or ``"transformers.js"``
+            (``model.onnx_data``, ``model.onnx_data_1``...: the names its
+            loader derives from ``model.onnx``, at most 100 files).
         base_dir: where external references are read from when
             ``use_external_data_location`` is False: the folder the model was
             loaded from, or the ``.onnx`` file itself (then, as in ``load``,
@@ -131,6 +140,7 @@ class SerializeOptions:
         "_num_threads",
         "base_dir",
         "_max_shard_size",
+        "_shard_naming",
     )
 
     def __init__(
@@ -141,6 +151,7 @@ class SerializeOptions:
         num_threads: int | None = None,
         base_dir: str | os.PathLike | None = None,
         max_shard_size: int | None = None,
+        shard_naming: str = "onnx-ir",
     ) -> None:
         self.alignment = alignment
         self.size_threshold = size_threshold
@@ -148,6 +159,7 @@ class SerializeOptions:
         self.num_threads = num_threads
         self.base_dir = base_dir
         self.max_shard_size = max_shard_size
+        self.shard_naming = shard_naming
 
     @property
     def alignment(self) -> int:
@@ -188,10 +200,18 @@ class SerializeOptions:
             raise ValueError(f"max_shard_size must be None or an int >= 1 (bytes), got {value!r}")
         self._max_shard_size = value
 
+    @property
+    def shard_naming(self) -> str:
+        return self._shard_naming
+
+    @shard_naming.setter
+    def shard_naming(self, value: str) -> None:
+        self._shard_naming = check_shard_naming(value)
+
     def __repr__(self) -> str:
         return (
             f"SerializeOptions(alignment={self.alignment}, size_threshold={self.size_threshold}, "
             f"use_external_data_location={self.use_external_data_location}, "
             f"num_threads={self.num_threads}, base_dir={self.base_dir!r}, "
-            f"max_shard_size={self.max_shard_size})"
+            f"max_shard_size={self.max_shard_size}, shard_naming={self.shard_naming!r})"
         )

@@ -13,13 +13,14 @@ import onnx
 
 from ._atomic import AtomicFiles
 from ._errors import ExternalDataError
-from ._external import Resolver, check_movable, place
+from ._external import Resolver, TensorRef, check_movable, place
 from ._options import SerializeOptions, check_alignment, check_num_threads
+from ._scan import model_files
 from ._serialize import Spliced, serialize_pieces, strip_raw_data
 from ._shards import WeightsFiles
 from ._sources import SourceFiles
-from ._targets import check_targets, weights_destination
-from ._tensors import is_external, iter_tensors, tensor_nbytes
+from ._targets import check_targets, target_identities, weights_destination
+from ._tensors import is_external, iter_tensors, tensor_nbytes, typed_bytes
 from ._writer import Item, write_pieces
 
 
@@ -58,6 +59,8 @@ class SavePlan:
         self.model = model
         self.path = path
         self.files = files
+        self.location = location
+        self.options = options
         self.alignment = check_alignment(options.alignment)
         self.threads = check_num_threads(options.num_threads)
         if location is not None:
@@ -68,37 +71,86 @@ class SavePlan:
         self.items: list[Item] = []
         self.inline_refs = []  # external tensors to inline in a single-file save
         self.inline_bytes = 0
+        kept: list[TensorRef] = []  # references written as they are
         for site in iter_tensors(model):
             tensor = site.tensor
             if is_external(tensor):
                 if options.use_external_data_location:
-                    _keep(keep, site)
-                    continue
-                ref = base.resolve(site)
-                if location is None:
-                    self.inline_refs.append(ref)
-                    self.inline_bytes += ref.length
+                    kept.append(_keep(keep, site))
                 else:
-                    self.items.append(Item(site, ref.length, ref, ref.entries))
-                continue
-            if not tensor.HasField("raw_data"):
+                    self._copy(base.resolve(site))
                 continue
             size = tensor_nbytes(tensor)
-            if size is None:
-                size = len(tensor.raw_data)
-            if location is not None and size >= options.size_threshold and not site.in_sparse:
-                check_movable(site)
-                self.items.append(Item(site, size))
-            else:
-                self.inline_bytes += size
-        self.weights = None
-        targets = [path]
-        if location is not None:
-            self.weights = WeightsFiles(
-                self.items, self.alignment, path, location, options.max_shard_size
-            )
-            targets += self.weights.paths
-        check_targets(targets, files, hint=self.overwrite_hint)
+            if tensor.HasField("raw_data"):
+                size = len(tensor.raw_data) if size is None else size
+                if self._moves(site, size):
+                    check_movable(site)
+                    self.items.append(Item(site, size))
+                    continue
+            elif size is not None and self._moves(site, size):
+                data = typed_bytes(site)  # float_data...: written as raw bytes
+                if data is not None:
+                    self.items.append(Item(site, size, data=data))
+                    continue
+            self.inline_bytes += size or 0
+        self._plan_targets(kept)
+
+    def _moves(self, site, size: int | None) -> bool:
+        """Whether an inline tensor goes to the weights file."""
+        return (
+            self.location is not None
+            and size is not None
+            and size >= self.options.size_threshold
+            and not site.in_sparse
+        )
+
+    def _copy(self, ref: TensorRef) -> None:
+        """Copy the bytes of an external tensor: into the weights file, or inline."""
+        if self.location is None:
+            self.inline_refs.append(ref)
+            self.inline_bytes += ref.length
+        else:
+            self.items.append(Item(ref.site, ref.length, ref, ref.entries))
+
+    def _plan_targets(self, kept: list[TensorRef]) -> None:
+        """Lay out the weights files and check the destinations.
+
+        Saving over the files the model was loaded from (``load`` with
+        ``load_external_data=False``, edit, ``save`` to the same path) is an
+        in-place save: the destinations may replace the files the replaced
+        ``.onnx`` itself references, and the references kept into a file
+        that is replaced have their bytes copied instead (read from the
+        descriptors opened now, before the commit).
+        """
+        replaced: set[tuple[int, int]] = set()
+        while True:
+            self.weights = None
+            targets = [self.path]
+            if self.location is not None:
+                self.weights = WeightsFiles(
+                    self.items,
+                    self.alignment,
+                    self.path,
+                    self.location,
+                    self.options.max_shard_size,
+                    self.options.shard_naming,
+                )
+                targets += self.weights.paths
+            for target in targets:
+                replaced |= target_identities(target)
+            moved = [ref for ref in kept if ref.source.identity in replaced]
+            if not moved:
+                break
+            kept = [ref for ref in kept if ref.source.identity not in replaced]
+            for ref in moved:
+                self._copy(ref)
+        self.targets = [*(self.weights.outputs if self.weights else []), self.path]
+        check_targets(targets, self.files, replaceable=self._own_files, hint=self.overwrite_hint)
+
+    def _own_files(self) -> set[tuple[int, int]]:
+        """The files the destination ``.onnx`` (which this save replaces) and its
+        references are: those an in-place save may replace."""
+        return model_files(self.path, self.files)
 
     def substitutions(self) -> dict:
         """The tensors to serialize in place of the model's own, by path."""
@@ -124,6 +176,7 @@ class SavePlan:
         """
         size = 0
         with AtomicFiles() as files:
+            files.reserve(self.targets)
             if self.weights is not None:
                 size = self.weights.write(files, self.files, self.threads)
             try:
@@ -147,10 +200,10 @@ _KEEP_HINT = (
 )
 
 
-def _keep(resolver: Resolver, site) -> None:
+def _keep(resolver: Resolver, site) -> TensorRef:
     """Check a reference the save keeps; a failure says how to copy the bytes instead."""
     try:
-        resolver.resolve(site)
+        return resolver.resolve(site)
     except FileNotFoundError as e:
         raise FileNotFoundError(f"{e}{_KEEP_HINT}") from None
     except ExternalDataError as e:

@@ -1,7 +1,8 @@
 """The weights files of one save: one file, or shards of at most ``max_shard_size`` bytes.
 
 Sharding follows onnx-ir's naming (``model.onnx.data`` becomes
-``model-00001-of-00003.onnx.data``): each tensor lies whole in one shard, at an
+``model-00001-of-00003.onnx.data``), or transformers.js's (``model.onnx_data``,
+``model.onnx_data_1``...): each tensor lies whole in one shard, at an
 aligned offset of it, in the walker's order; a tensor larger than the limit is
 alone in its shard. Every shard is a temporary file until the commit, which
 replaces all of them and the ``.onnx`` together (never a mix of old and new
@@ -14,7 +15,13 @@ import os
 from collections.abc import Callable
 
 from ._atomic import AtomicFiles
-from ._layout import plan_shards, shard_name
+from ._layout import (
+    ONNX_IR,
+    TRANSFORMERS_JS,
+    TRANSFORMERS_JS_MAX_FILES,
+    plan_shards,
+    shard_name,
+)
 from ._sources import SourceFiles
 from ._targets import weights_destination
 from ._writer import Item, write_weights
@@ -30,9 +37,12 @@ class WeightsFiles:
         location: the weights file as the caller named it (the name of the
             first shard is derived from it).
         max_shard_size: the limit of one file in bytes; None: one file.
+        naming: how shards are named: ``"onnx-ir"`` or ``"transformers.js"``
+            (see :func:`~._layout.shard_name`).
 
     Raises:
-        ValueError: a shard's name cannot be written (see ``weights_destination``).
+        ValueError: a shard's name cannot be written (see ``weights_destination``),
+            or transformers.js's loader would not find the files.
     """
 
     def __init__(
@@ -42,14 +52,22 @@ class WeightsFiles:
         onnx_path: str,
         location: str | os.PathLike,
         max_shard_size: int | None = None,
+        naming: str = ONNX_IR,
     ) -> None:
         self.items = items
         base_path, base = weights_destination(onnx_path, location)
+        if naming == TRANSFORMERS_JS:
+            _check_transformers_js(onnx_path, base)
         self.shards = plan_shards(
             [it.size for it in items], alignment, [it.key for it in items], max_shard_size
         )
         count = len(self.shards)
-        self.locations = [shard_name(base, i, count) for i in range(count)]
+        if naming == TRANSFORMERS_JS and count > TRANSFORMERS_JS_MAX_FILES:
+            raise ValueError(
+                f"{count} weights files for {onnx_path!r}: transformers.js loads at most "
+                f"{TRANSFORMERS_JS_MAX_FILES}; raise max_shard_size"
+            )
+        self.locations = [shard_name(base, i, count, naming) for i in range(count)]
         self.paths = [base_path] if count == 1 else []
         if count > 1:
             self.paths = [weights_destination(onnx_path, loc)[0] for loc in self.locations]
@@ -57,6 +75,11 @@ class WeightsFiles:
         for shard, loc in zip(self.shards, self.locations, strict=True):
             for i, offset in zip(shard.items, shard.layout.offsets, strict=True):
                 self.placement[i] = (loc, offset)
+
+    @property
+    def outputs(self) -> list[str]:
+        """The files :meth:`write` creates: none when there is no tensor to write."""
+        return self.paths if self.items else []
 
     @property
     def total(self) -> int:
@@ -102,3 +125,15 @@ def _shifted(progress: Callable[[int, int], None], before: int, whole: int):
         progress(before + done, whole)
 
     return report
+
+
+def _check_transformers_js(onnx_path: str, location: str) -> None:
+    """transformers.js derives the files' names from the model's: ``model.onnx_data``
+    beside ``model.onnx``; any other name is never loaded."""
+    expected = os.path.basename(onnx_path) + "_data"
+    if location != expected:
+        raise ValueError(
+            f"weights file {location!r}: transformers.js loads the weights of "
+            f"{os.path.basename(onnx_path)!r} from {expected!r} (then {expected}_1, ...) "
+            "beside it; name the weights file that way, or leave it unset"
+        )

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import onnx
 
-from ._align import align_model
+from ._align import AlignResult, align_model
 from ._options import SerializeOptions, check_options
 from ._plan import SavePlan
 from ._sources import SourceFiles
@@ -17,40 +17,48 @@ from ._targets import destination_path
 def align_external_data_streaming(
     src_onnx_path: str | os.PathLike,
     dst_onnx_path: str | os.PathLike,
-    dst_weights_path: str | os.PathLike,
+    dst_weights_path: str | os.PathLike | None = None,
     alignment: int = 4096,
     chunk_size: int = 4 * 1024 * 1024,
     *,
     size_threshold: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     max_shard_size: int | None = None,
-) -> int:
+    inline_below: int | None = None,
+    shard_naming: str = "onnx-ir",
+    remove_unreferenced: bool = False,
+) -> AlignResult:
     """Rewrite a model with every external tensor at an aligned offset, streaming its bytes.
 
     Only the metadata of ``src_onnx_path`` is parsed; each tensor's bytes are
     copied file to file by the kernel (``copy_file_range``, then ``splice``,
-    then a ``chunk_size`` buffer) into ONE destination weights file, at offsets
-    that are multiples of ``alignment`` (the first at 0, zero padding between).
-    Memory does not grow with the model's size.
+    then a ``chunk_size`` buffer) into the destination weights file (or its
+    shards), at offsets that are multiples of ``alignment`` (the first at 0,
+    zero padding between). Memory does not grow with the model's size.
 
-    Tensors spread over many source files all land in the one destination
-    file; tensors sharing a source byte range share one copy; extra
+    Tensors spread over many source files all land in the destination
+    weights; tensors sharing a source byte range share one copy; extra
     ``external_data`` keys (e.g. ``checksum``) are kept. Inline tensors stay
     inline unless ``size_threshold`` is given, and are then copied file to
     file too: memory stays flat for single-file sources. A source with no
     external data at all (a single-file model) has its inline tensors of
     1 KiB or more moved (onnx.save's own threshold) when ``size_threshold``
     is None: re-aligning a single file means giving it aligned external data.
-    When no tensor goes to the weights file, it is not created (0 is
-    returned). Destination == source (re-aligning in place) works: both files
-    are replaced atomically.
+    Tensors holding their values in a typed field (``float_data``,
+    ``int32_data``...) move like the others, written as their little-endian
+    raw bytes. When no tensor goes to the weights file, it is not created
+    (0 is returned). Destination == source (re-aligning in place) works: every
+    file is replaced atomically, and an interrupt (SIGINT, SIGTERM) or an
+    error at any instant leaves either the old files or the new ones.
 
     Args:
         src_onnx_path: the model to re-align.
         dst_onnx_path: the new ``.onnx``.
         dst_weights_path: the new weights file, relative to the folder of
             ``dst_onnx_path`` (as in onnx: a name is placed next to it) and
-            inside it.
+            inside it. None (default): ``DST.data`` as the command line
+            names it (``model.onnx.data`` for ``model.onnx``), or
+            ``DST_data`` with ``shard_naming="transformers.js"``.
         alignment: a power of two >= 1.
         chunk_size: bytes per copy call, and between two progress calls.
             Without ``progress``, copies the filesystem may share (XFS,
@@ -58,36 +66,55 @@ def align_external_data_streaming(
             operation, and fewer calls make a re-align of aligned weights
             several times faster.
         size_threshold: when set, inline tensors with at least this many bytes
-            of raw data move into the weights file too, streamed from the
+            of data move into the weights file too, streamed from the
             source ``.onnx``. None: inline tensors stay inline, except in a
             source without external data (see above).
         progress: ``progress(done_bytes, total_bytes)``, called at least once
             per ``chunk_size`` copied and last with ``done == total``.
         max_shard_size: split the weights into files of at most this many
-            bytes, named as onnx-ir names its shards
-            (``model-00001-of-00003.onnx.data`` for ``model.onnx.data``), each
-            tensor whole in one file, aligned within it; a tensor larger than
-            the limit is alone in its file. The shards and the ``.onnx`` are
-            committed together. None (default): one file.
+            bytes, each tensor whole in one file, aligned within it; a tensor
+            larger than the limit is alone in its file. The shards and the
+            ``.onnx`` are committed together. None (default): one file.
+        inline_below: external tensors of fewer bytes are written inline
+            in the new ``.onnx`` (copied file to file), whatever
+            ``size_threshold``: onnxruntime refuses some small inputs (a
+            shape, axes) stored as external data. None (default): none.
+        shard_naming: ``"onnx-ir"`` (default: ``model-00001-of-00003.onnx.data``
+            for ``model.onnx.data``) or ``"transformers.js"``
+            (``model.onnx_data``, ``model.onnx_data_1``... at most 100
+            files: the names its loader derives from ``model.onnx``).
+        remove_unreferenced: in place, delete the weights files the old
+            model read and that no ``.onnx`` of its folder references any
+            more (they are listed in the result either way).
 
     Returns:
-        The number of bytes of the destination weights files, padding included
-        (0 when no tensor went there and no file was written).
+        An :class:`AlignResult`: an int, the number of bytes of the
+        destination weights files, padding included (0 when no tensor went
+        there and no file was written), with what was moved, inlined and
+        left behind as attributes.
 
     Raises:
         ValueError: bad ``alignment`` (a power of two up to 1 GiB), ``chunk_size``
-            (1 byte to 1 GiB), ``size_threshold`` or ``max_shard_size``, or a
-            weights path outside the destination folder.
+            (1 byte to 1 GiB), ``size_threshold``, ``inline_below``,
+            ``max_shard_size`` or ``shard_naming``; a weights path outside the
+            destination folder; two destinations that are one file on this
+            filesystem (``a.onnx`` and ``A.onnx`` where case is not told apart).
         TypeError: ``progress`` is not callable.
         FileNotFoundError: the source model or a data file is missing (the
             message names the tensor and the path).
         ExternalDataError: a reference is malformed, unsafe or out of range.
         OSError: disk full or I/O error; nothing is left under the destination names.
 
+    Examples:
+        Re-align a model in place at 4096 bytes, its weights in
+        ``model.onnx.data``::
+
+            from onnx_light.onnx import align_external_data_streaming
+
+            result = align_external_data_streaming("model.onnx", "model.onnx")
+            print(result.size, result.moved, result.unreferenced)
+
     .. versionadded:: 0.1
-    .. versionchanged:: 0.2
-        ``max_shard_size``; a single-file source gets external data without
-        ``size_threshold``; inline weights that stay inline are copied file to file.
     """
     return align_model(
         src_onnx_path,
@@ -98,7 +125,10 @@ def align_external_data_streaming(
         size_threshold=size_threshold,
         progress=progress,
         max_shard_size=max_shard_size,
-    ).size
+        inline_below=inline_below,
+        shard_naming=shard_naming,
+        remove_unreferenced=remove_unreferenced,
+    )
 
 
 class _SharedPlan(SavePlan):
@@ -150,6 +180,7 @@ def save_model_with_shared_external_data(
         options.num_threads,
         options.base_dir,
         options.max_shard_size,
+        options.shard_naming,
     )
     path = destination_path(dst_onnx_path)
     with SourceFiles() as files:
