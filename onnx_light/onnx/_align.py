@@ -70,8 +70,9 @@ class AlignResult(int):
         moved: tensors placed in the weights files.
         typed: of those, tensors that held their values in a typed field
             (``float_data``, ``int32_data``...), written as raw bytes.
-        inline: tensors left inline in the ``.onnx``.
-        inlined: external tensors brought back inline (``inline_below``).
+        inline: tensors whose bytes are inline in the new ``.onnx`` (strings
+            and empty tensors left out).
+        inlined: of those, external tensors brought back inline (``inline_below``).
         threshold: the size threshold applied to inline tensors (None: they
             all stayed inline).
         weights_paths: the weights files written (several when sharded,
@@ -114,6 +115,7 @@ class _Plan:
     threshold: int | None = None
     typed: int = 0
     inlined: int = 0
+    kept_inline: int = 0  # inline tensors too small to be spans of the source: kept as parsed
     sources: list[SourceFile] = field(default_factory=list)  # data files read
 
 
@@ -191,7 +193,7 @@ def align_model(
         total,
         moved=len(items),
         typed=plan.typed,
-        inline=len(plan.inline) - plan.inlined,
+        inline=plan.kept_inline + len(plan.inline),
         inlined=plan.inlined,
         threshold=plan.threshold,
         weights_paths=weights.outputs,
@@ -252,13 +254,19 @@ def _place_one(plan: _Plan, site, resolver, spans, inline_below, seen) -> None:
         size = len(tensor.raw_data) if size is None else size
         if _moves(site, size, threshold):
             plan.items.append(Item(site, size))
+        else:
+            plan.kept_inline += 1
         return
     size = tensor_nbytes(tensor)
-    if size is not None and _moves(site, size, threshold, typed=True):
+    if not size:
+        return  # a string, or nothing to write
+    if _moves(site, size, threshold, typed=True):
         data = typed_bytes(site)
         if data is not None:
             plan.items.append(Item(site, len(data), data=data))
             plan.typed += 1
+            return
+    plan.kept_inline += 1
 
 
 def _moves(site, size: int, threshold: int | None, typed: bool = False) -> bool:
