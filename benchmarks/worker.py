@@ -51,8 +51,8 @@ def _run_once(op: str, paths: Paths, timeline: bool) -> dict:
             "cpu": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
             "peak": pm.growth,
             "exact": pm.exact,
-            "anon": tl.growth("anon") if timeline else None,
-            "file": tl.growth("file") if timeline else None,
+            "anon": tl.growth_of("anon") if timeline else None,
+            "file": tl.growth_of("file") if timeline else None,
             "samples": len(tl.samples) if timeline else 0,
             "bytes": written,
         }

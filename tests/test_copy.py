@@ -201,3 +201,16 @@ def test_no_descriptor_for_a_pipe_falls_back(files, monkeypatch):
         eng.copy(src, 1000, dst, 4096, 2_000_000, "x")
         assert eng.method == "copy_file_range"
     assert dst_path.read_bytes()[4096 : 4096 + 2_000_000] == data[1000 : 1000 + 2_000_000]
+
+
+def test_copy_file_range_copying_nothing_is_not_a_truncated_file(files, monkeypatch):
+    """copy_file_range returning 0 at the start of a range means "not done here" on some
+    filesystems: the next way copies the intact file; a file that really ended still fails."""
+    data, src, dst, dst_path = files
+    monkeypatch.setattr(os, "copy_file_range", lambda *a: 0)
+    with CopyEngine(1 << 20) as eng:
+        eng.copy(src, 0, dst, 0, len(data), "tensor 'a' in 'src'")
+        assert eng.method != "copy_file_range" and "copy_file_range" in eng.unsupported
+    assert dst_path.read_bytes()[: len(data)] == data
+    with pytest.raises(EOFError, match="tensor 'a'"), CopyEngine(1 << 20) as eng:
+        eng.copy(src, len(data) - 10, dst, 0, 100, "tensor 'a' in 'src'")

@@ -2,6 +2,7 @@
 
 - ``onnx_light.bench.memory``: the kernel's peak RSS (``VmHWM``) around an
   operation, and anonymous vs file-backed memory;
+- ``onnx_light.bench.status``: the kernel's counters (``/proc/self/status``);
 - ``onnx_light.bench.timeline``: RSS sampled over time on a background thread;
 - ``onnx_light.bench.models``: synthetic Gemm models of any size, a
   tree ensemble (metadata only, millions of fields), and a model of many
@@ -17,7 +18,7 @@ dependencies; all work on Linux (``/proc``) and degrade elsewhere.
 
 from .figures import summary_bars
 from .machine import describe_machine
-from .memory import PeakMemory, measure_peak, read_status
+from .memory import PeakMemory, measure_peak
 from .models import (
     make_forest_model,
     make_gemm_model,
@@ -25,6 +26,7 @@ from .models import (
     model_inputs,
     weights_nbytes,
 )
+from .status import read_status
 from .timeline import RssTimeline
 from .timing import best_time
 

@@ -14,26 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-_FIELDS = ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem")
-
-
-def read_status() -> dict[str, int]:
-    """Memory counters of this process from ``/proc/self/status``, in bytes.
-
-    Returns:
-        ``VmRSS``, ``VmHWM``, ``RssAnon``, ``RssFile``, ``RssShmem`` (those the
-        kernel reports); an empty dict where ``/proc`` is missing.
-    """
-    out: dict[str, int] = {}
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                if key in _FIELDS:
-                    out[key] = int(rest.split()[0]) * 1024
-    except OSError:
-        pass
-    return out
+from .status import read_status
+from .timeline import RssTimeline
 
 
 def release_free_memory() -> None:
@@ -93,8 +75,6 @@ class PeakMemory:
         self.exact = reset_peak()
         self._timeline = None
         if not self.exact:
-            from .timeline import RssTimeline
-
             self._timeline = RssTimeline(interval=0.001).__enter__()
         self.start = read_status().get("VmRSS", 0)
         self._t0 = time.perf_counter()

@@ -6,7 +6,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .memory import read_status
+from .status import read_status
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,14 @@ class RssTimeline:
         """The largest sampled value of ``rss``, ``anon`` or ``file``."""
         return max((getattr(s, field) for s in self.samples), default=0)
 
-    def growth(self, field: str = "rss") -> int:
-        """Peak minus the first sample."""
+    @property
+    def growth(self) -> int:
+        """Peak RSS minus the first sample (as :attr:`PeakMemory.growth
+        <onnx_light.bench.PeakMemory.growth>`)."""
+        return self.growth_of("rss")
+
+    def growth_of(self, field: str) -> int:
+        """Peak minus the first sample of ``rss``, ``anon`` or ``file``."""
         if not self.samples:
             return 0
         return max(0, self.peak(field) - getattr(self.samples[0], field))

@@ -29,8 +29,6 @@ from ._fs import UNKNOWN, CopyPolicy
 UNSUPPORTED = frozenset(
     {errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOTTY}
 )
-METHODS = ("copy_file_range", "splice", "pread")
-SHIFTED = ("splice", "copy_file_range", "pread")
 PIPE_SIZE = 1 << 20  # the default /proc/sys/fs/pipe-max-size: what any user may ask
 SHARE_CHUNK = 1 << 30  # bytes per call where blocks may be shared and nobody watches progress
 
@@ -80,6 +78,10 @@ class CopyEngine:
         self.unsupported: set[str] = set()
         self._pipe: tuple[int, int] | None = None
         self._buffer: memoryview | None = None
+        # the ways, in the order tried: kernel copy first, or splice first for
+        # copies that cannot share blocks where the policy says it is faster
+        self._methods = (self._copy_file_range, self._splice, self._pread)
+        self._shifted = (self._splice, self._copy_file_range, self._pread)
 
     def __enter__(self) -> CopyEngine:
         return self
@@ -120,14 +122,14 @@ class CopyEngine:
         if policy.may_share(src_off, dst_off):
             head = -src_off % policy.block if policy.shares_blocks else 0
             if 0 < head < length:  # up to a block boundary, then shareable blocks
-                self._copy(METHODS, src, src_off, dst, dst_off, head, what)
+                self._copy(self._methods, src, src_off, dst, dst_off, head, what)
                 src_off, dst_off, length = src_off + head, dst_off + head, length - head
-            order = METHODS
+            order = self._methods
             # a reflink of a gigabyte is one metadata operation: without a
             # progress callback to feed, whole ranges go in one call
             self._share = policy.shares_blocks and self.progress is None
         else:
-            order = SHIFTED if policy.splice else METHODS
+            order = self._shifted if policy.splice else self._methods
         try:
             self._copy(order, src, src_off, dst, dst_off, length, what)
         finally:
@@ -136,14 +138,13 @@ class CopyEngine:
     def _copy(self, order, src: int, src_off: int, dst: int, dst_off: int, length: int, what):
         done = 0
         while done < length:
-            method = next(m for m in order if m not in self.unsupported)
-            self.method = method
-            step = getattr(self, "_" + method)
+            step = next(m for m in order if m.__name__[1:] not in self.unsupported)
+            self.method = step.__name__[1:]
             try:
                 done += step(src, src_off + done, dst, dst_off + done, length - done, what)
             except _Unsupported as e:
                 done += e.copied
-                self.unsupported.add(method)
+                self.unsupported.add(self.method)
 
     def _check_eof(self, n: int, what: str) -> None:
         if n == 0:
@@ -164,6 +165,10 @@ class CopyEngine:
                 if e.errno in UNSUPPORTED:
                     raise _Unsupported(copied) from None
                 raise
+            if n == 0 and copied == 0:
+                # 0 at the start of a range: "not done here" on some filesystems
+                # (shutil falls back too); the next way tells whether the file ended
+                raise _Unsupported(0)
             self._check_eof(n, what)
             copied += n
             self.advance(n)
