@@ -10,7 +10,7 @@ import os
 
 import onnx
 
-from onnx_light.onnx._external import Resolver, check_location
+from onnx_light.onnx._external import Resolver, check_location, is_decimal
 from onnx_light.onnx._scan import scan_model
 from onnx_light.onnx._sources import SourceFiles
 from onnx_light.onnx._tensors import is_external, iter_tensors, path_to_str, tensor_nbytes
@@ -26,7 +26,7 @@ def _int_or_raw(value: str | None) -> int | str | None:
     if value is None:
         return None
     digits = value[1:] if value.startswith("-") else value
-    if digits.isascii() and digits.isdigit() and len(digits) <= 19:
+    if is_decimal(digits) and len(digits) <= 19:
         return int(value)
     return value
 

@@ -146,7 +146,7 @@ def test_copies_go_the_way_measured_faster(folder, monkeypatch):
     real = _copy.CopyEngine._copy
 
     def spy(self, order, src, src_off, dst, dst_off, length, what):
-        seen.append((order[0], (src_off - dst_off) % 4096 == 0, length))
+        seen.append((order[0].__name__[1:], (src_off - dst_off) % 4096 == 0, length))
         return real(self, order, src, src_off, dst, dst_off, length, what)
 
     monkeypatch.setattr(_copy.CopyEngine, "_copy", spy)

@@ -363,10 +363,10 @@ def test_truncated_source_in_a_batch_names_the_tensor(tmp_path, monkeypatch):
     from onnx_light.onnx import _runs
 
     save_two_file(_tiny_tensors_model(50), tmp_path / "m.onnx", size_threshold=0)
-    real = _runs._read_upto
+    real = _runs.read_upto
     # the table (100 bytes) and t0..t9 (12 bytes each) are there, t10 is cut
     monkeypatch.setattr(
-        _runs, "_read_upto", lambda fd, buf, off: min(real(fd, buf, off), 100 + 12 * 10 + 5)
+        _runs, "read_upto", lambda fd, buf, off: min(real(fd, buf, off), 100 + 12 * 10 + 5)
     )
     with pytest.raises(EOFError, match="'t10'"):
         onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", 64)

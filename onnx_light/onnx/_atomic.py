@@ -21,6 +21,7 @@ never pair an ``.onnx`` with weights of another commit.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import secrets
@@ -28,6 +29,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ._libc import last_error, libc_function
 from ._signals import critical, guarded
 
 TMP_SUFFIX = ".onnx-light-tmp"
@@ -330,9 +332,6 @@ class _Swap:
             _unlink(self.tmp)
 
 
-_renameat2 = None
-
-
 def _exchange(a: str, b: str) -> bool:
     """Swap two names in one step (``renameat2(RENAME_EXCHANGE)``).
 
@@ -342,29 +341,18 @@ def _exchange(a: str, b: str) -> bool:
     Raises:
         OSError: any other failure (EPERM on an immutable file, EBUSY...).
     """
-    global _renameat2
-    if _renameat2 is None:
-        try:
-            import ctypes
-
-            func = ctypes.CDLL(None, use_errno=True).renameat2
-            func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
-            func.argtypes += [ctypes.c_uint]
-            func.restype = ctypes.c_int
-            _renameat2 = func
-        except (OSError, AttributeError, ImportError):
-            _renameat2 = False
-    if not _renameat2:
+    renameat2 = libc_function(
+        "renameat2", [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    )
+    if renameat2 is None:
         return False
-    import ctypes
-
     at_fdcwd, rename_exchange = -100, 2
-    if _renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
         return True
-    err = ctypes.get_errno()
-    if err in _NO_EXCHANGE:
+    error = last_error(b)
+    if error.errno in _NO_EXCHANGE:
         return False
-    raise OSError(err, os.strerror(err), b)
+    raise error
 
 
 @contextlib.contextmanager

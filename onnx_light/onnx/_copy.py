@@ -148,9 +148,7 @@ class CopyEngine:
 
     def _check_eof(self, n: int, what: str) -> None:
         if n == 0:
-            raise TruncatedFileError(
-                f"{what}: the source file ended early (truncated while copying?)"
-            )
+            raise TruncatedFileError.ended(what)
 
     def _copy_file_range(self, src, src_off, dst, dst_off, remaining, what) -> int:
         copied = 0

@@ -1,5 +1,7 @@
 """Exceptions raised by onnx-light, and how messages show a file name."""
 
+from __future__ import annotations
+
 import os
 
 
@@ -15,6 +17,23 @@ def shown(path: str | bytes) -> str:
     return "'" + "".join(out) + "'"
 
 
+class Lazy:
+    """Part of a message, formatted only when a message needs it.
+
+    ``str(Lazy(fn, *args))`` is ``fn(*args)``: a label passed along a hot path
+    (one per tensor) costs one small object, and nothing when all goes well.
+    """
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, *args) -> None:
+        self.fn = fn
+        self.args = args
+
+    def __str__(self) -> str:
+        return self.fn(*self.args)
+
+
 class ExternalDataError(ValueError):
     """A tensor's ``external_data`` is malformed, unsafe or out of range.
 
@@ -28,3 +47,13 @@ class TruncatedFileError(OSError, EOFError):
     An :class:`OSError` (the file changed under the reader, as an I/O failure
     would) and an :class:`EOFError`. The message names the tensor and the file.
     """
+
+    @classmethod
+    def ended(cls, what: object, doing: str = "copying") -> TruncatedFileError:
+        """The error for a source that ended before the bytes planned in it.
+
+        Args:
+            what: the tensor and the file (anything whose ``str`` names them).
+            doing: what was under way ("copying", "reading").
+        """
+        return cls(f"{what}: the source file ended early (truncated while {doing}?)")

@@ -33,11 +33,10 @@ from itertools import chain
 
 import onnx
 
-from ._errors import ExternalDataError
+from ._errors import ExternalDataError, Lazy
 from ._sources import SourceFile, SourceFiles
 from ._tensors import TensorSite, tensor_nbytes
 
-KNOWN_KEYS = ("location", "offset", "length", "checksum", "basepath")
 MAX_DIGITS = 100  # longer integers are not parsed (int() refuses over 4300 digits)
 _TYPED_FIELDS = (
     "float_data",
@@ -98,8 +97,8 @@ class InlineSpans:
         if entries.get("location") != self.location:
             return False
         offset, length = entries.get("offset", "0"), entries.get("length", "")
-        if not (offset.isascii() and offset.isdigit() and length.isascii() and length.isdigit()):
-            return False  # "²" is a digit to isdigit(), not to int()
+        if not (is_decimal(offset) and is_decimal(length)):
+            return False
         if len(offset) > MAX_DIGITS or len(length) > MAX_DIGITS:
             return False
         return (int(offset), int(length)) in self.spans
@@ -142,35 +141,30 @@ def check_location(location: str, what: str) -> None:
         raise ExternalDataError(f"{what}: location {location!r} ends with '/': not a file name")
 
 
-class _Label:
-    """A tensor's label (after ``prefix``), formatted only when a message needs it."""
+def _label(site: TensorSite, prefix: str = "") -> str:
+    return prefix + site.label
 
-    __slots__ = ("prefix", "site")
 
-    def __init__(self, site: TensorSite, prefix: str = "") -> None:
-        self.site = site
-        self.prefix = prefix
-
-    def __str__(self) -> str:
-        return self.prefix + self.site.label
+def is_decimal(text: str) -> bool:
+    """True for ASCII decimal digits only: ``str.isdigit`` takes "²" and "٤", ``int``
+    takes " 1", "+1" and "1_0", which onnxruntime refuses."""
+    return text.isascii() and text.isdigit()
 
 
 def _int_entry(entries: dict[str, str], key: str, site: TensorSite, file: str) -> int | None:
     raw = entries.get(key)
     if raw is None:
         return None
-    if len(raw) < 19 and raw.isdigit() and raw.isascii():
+    if len(raw) < 19 and is_decimal(raw):
         return int(raw)  # the common case: plain decimal digits, below 2**63
     label = site.label
     digits = raw[1:] if raw.startswith("-") else raw
-    if digits.isascii() and digits.isdigit() and len(digits.lstrip("0")) > MAX_DIGITS:
+    if is_decimal(digits) and len(digits.lstrip("0")) > MAX_DIGITS:
         raise ExternalDataError(
             f"tensor {label} in {file!r}: external_data {key} has {len(digits)} digits, "
             "more than any file offset (2**63 - 1)"
         )
-    if not (digits.isascii() and digits.isdigit()):
-        # int() would also take " 1", "+1", "1_0" or non-ASCII digits, which
-        # onnxruntime refuses: two readers must never see different offsets.
+    if not is_decimal(digits):  # two readers must never see different offsets
         raise ExternalDataError(
             f"tensor {label} in {file!r}: external_data {key}={raw!r} is not an integer "
             "(decimal digits only)"
@@ -323,10 +317,10 @@ class Resolver:
             location = entries["location"]
             source = self._sources.get(location)
             if source is None:
-                check_location(location, _Label(site, "tensor "))
+                check_location(location, Lazy(_label, site, "tensor "))
             _check_external_tensor(site, location)
             if source is None:
-                source = self.files.data(self.base_dir, self.roots, location, _Label(site))
+                source = self.files.data(self.base_dir, self.roots, location, Lazy(_label, site))
                 self._sources[location] = source
         file, size = source.path, source.size
         offset = _int_entry(entries, "offset", site, file) or 0

@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 from ._errors import TruncatedFileError
+from ._libc import last_error, libc_function
+
+
+def read_upto(fd: int, buf: memoryview, offset: int) -> int:
+    """Fill ``buf`` from ``offset``; fewer bytes only when the file ends first.
+
+    Returns:
+        The number of bytes read.
+    """
+    done = 0
+    while done < len(buf):
+        n = os.preadv(fd, [buf[done : done + (1 << 30)]], offset + done)
+        if not n:
+            break
+        done += n
+    return done
 
 
 def pread_exact(fd: int, length: int, offset: int, what: str) -> bytes:
@@ -19,34 +36,22 @@ def pread_exact(fd: int, length: int, offset: int, what: str) -> bytes:
     data = os.pread(fd, length, offset)
     if len(data) == length:
         return data
-    buf = bytearray(data)
-    while len(buf) < length:
-        more = os.pread(fd, min(length - len(buf), 1 << 30), offset + len(buf))
-        if not more:
-            raise TruncatedFileError(f"{what}: the file ended early (truncated while reading?)")
-        buf += more
-    return bytes(buf)
+    return bytes(read_whole(fd, length, what, offset))
 
 
-def read_whole(fd: int, size: int, what: str) -> bytearray:
-    """Read the first ``size`` bytes of a file into one new buffer (no second copy).
+def read_whole(fd: int, size: int, what: str, offset: int = 0) -> bytearray:
+    """Read ``size`` bytes from ``offset`` into one new buffer (no second copy).
 
     Raises:
         TruncatedFileError: the file is shorter (truncated while reading).
     """
     buf = bytearray(size)
-    view = memoryview(buf)
-    done = 0
-    while done < size:
-        n = os.preadv(fd, [view[done : done + (1 << 30)]], done)
-        if n == 0:
-            raise TruncatedFileError(f"{what}: the file ended early (truncated while reading?)")
-        done += n
+    if read_upto(fd, memoryview(buf), offset) < size:
+        raise TruncatedFileError.ended(what, "reading")
     return buf
 
 
 _NO_FALLOCATE = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
-_fallocate = None
 
 
 def preallocate(fd: int, offset: int, length: int) -> None:
@@ -61,26 +66,15 @@ def preallocate(fd: int, offset: int, length: int) -> None:
     Raises:
         OSError: any failure but "not supported here" (ENOSPC, EFBIG, EIO...).
     """
-    global _fallocate
-    if _fallocate is None:
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            func = libc.fallocate
-            func.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-            func.restype = ctypes.c_int
-            _fallocate = func
-        except (OSError, AttributeError, ImportError):
-            _fallocate = False
-    if not _fallocate or length <= 0:
+    fallocate = libc_function(
+        "fallocate", [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    )
+    if fallocate is None or length <= 0:
         return
-    import ctypes
-
-    if _fallocate(fd, 0, offset, length) != 0:
-        err = ctypes.get_errno()
-        if err not in _NO_FALLOCATE:
-            raise OSError(err, os.strerror(err))
+    if fallocate(fd, 0, offset, length) != 0:
+        error = last_error()
+        if error.errno not in _NO_FALLOCATE:
+            raise error
 
 
 def read_refs(refs: list, files, num_threads: int = 1):

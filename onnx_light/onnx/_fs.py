@@ -31,6 +31,8 @@ import platform
 import struct
 from dataclasses import dataclass
 
+from ._libc import libc_function
+
 # f_type of statfs(2) -> (name, splice shifted copies, may share blocks, preallocate)
 _KNOWN = {
     0xEF53: ("ext4", True, False, True),  # ext2/3/4 share the magic number
@@ -73,24 +75,15 @@ class CopyPolicy:
 
 
 UNKNOWN = CopyPolicy()
-_statfs = None
 
 
 def _fstatfs(fd: int) -> tuple[int, int] | None:
     """``(f_type, f_bsize)`` of the filesystem holding ``fd``, or None."""
-    global _statfs
-    if _statfs is None:
-        try:
-            func = ctypes.CDLL(None, use_errno=True).fstatfs
-            func.argtypes = [ctypes.c_int, ctypes.c_char_p]
-            func.restype = ctypes.c_int
-            _statfs = func
-        except (OSError, AttributeError):
-            _statfs = False
-    if not _statfs:
+    statfs = libc_function("fstatfs", [ctypes.c_int, ctypes.c_char_p])
+    if statfs is None:
         return None
     buf = ctypes.create_string_buffer(_STATFS_SIZE)
-    if _statfs(fd, buf) != 0:
+    if statfs(fd, buf) != 0:
         return None
     # f_type and f_bsize are the first two fields, each a C long (__fsword_t),
     # except on s390x where both are unsigned ints

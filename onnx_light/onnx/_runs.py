@@ -15,13 +15,13 @@ kernel shares them instead of copying.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ._copy import CopyEngine, pwrite_all
-from ._errors import TruncatedFileError
+from ._errors import Lazy, TruncatedFileError
+from ._files import read_upto
 from ._fs import CopyPolicy
 from ._sources import SourceFile
 
@@ -109,19 +109,12 @@ def groups(all_runs: list[Run], policy: CopyPolicy, chunk_size: int) -> Iterator
         yield batch
 
 
-class _What:
-    """Which tensors a copy moves, formatted only when a message needs it."""
-
-    __slots__ = ("run",)
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-
-    def __str__(self) -> str:
-        items, file = self.run.items, self.run.file
-        if len(items) == 1:
-            return f"tensor {items[0].site.label} in {file!r}"
-        return f"tensors {items[0].site.label} to {items[-1].site.label} in {file!r}"
+def _moved(run: Run) -> str:
+    """Which tensors a copy moves, for a message."""
+    items, file = run.items, run.file
+    if len(items) == 1:
+        return f"tensor {items[0].site.label} in {file!r}"
+    return f"tensors {items[0].site.label} to {items[-1].site.label} in {file!r}"
 
 
 def _truncated(run: Run, position: int) -> TruncatedFileError:
@@ -130,17 +123,14 @@ def _truncated(run: Run, position: int) -> TruncatedFileError:
         if position < item.size:
             break
         position -= item.size
-    return TruncatedFileError(
-        f"tensor {item.site.label} in {run.file!r}: the source file ended early "
-        "(truncated while copying?)"
-    )
+    return TruncatedFileError.ended(f"tensor {item.site.label} in {run.file!r}")
 
 
 def copy_run(engine: CopyEngine, src: int, dst: int, run: Run) -> None:
     """Copy one run; a truncated source names the tensor where the bytes ran out."""
     before = engine.done
     try:
-        engine.copy(src, run.src, dst, run.dst, run.length, _What(run))
+        engine.copy(src, run.src, dst, run.dst, run.length, Lazy(_moved, run))
     except TruncatedFileError:
         if len(run.items) == 1:
             raise
@@ -174,7 +164,7 @@ def copy_batch(engine: CopyEngine, src: int, dst: int, batch: list[Run], scratch
     """
     lo = min(run.src for run in batch)
     hi = max(run.src + run.length for run in batch)
-    got = _read_upto(src, scratch.read[: hi - lo], lo)
+    got = read_upto(src, scratch.read[: hi - lo], lo)
     data, out, zeros = scratch.read, scratch.write, scratch.zeros
     base = batch[0].dst
     pos = 0
@@ -188,18 +178,3 @@ def copy_batch(engine: CopyEngine, src: int, dst: int, batch: list[Run], scratch
         pos = at + run.length
     pwrite_all(dst, out[:pos], base)
     engine.advance(sum(run.length for run in batch))
-
-
-def _read_upto(fd: int, buf: memoryview, offset: int) -> int:
-    """Fill ``buf`` from ``offset``; fewer bytes only when the file ends first.
-
-    Returns:
-        The number of bytes read.
-    """
-    done = 0
-    while done < len(buf):
-        n = os.preadv(fd, [buf[done:]], offset + done)
-        if not n:
-            break
-        done += n
-    return done
