@@ -136,7 +136,9 @@ def naive_onnx_light() -> list[str]:
 def shared() -> list[str]:
     model = onnxl.load(first, load_external_data=False)  # references, no weight read
     replace_weights(model)
-    onnxl.save_model_with_shared_external_data(model, os.path.join(folder, "variant.onnx"), opts)
+    onnxl.save_model_with_shared_external_data(
+        model, os.path.join(folder, "variant.onnx"), options=opts
+    )
     return ["variant.onnx", "variant.onnx.data"]
 
 

@@ -26,9 +26,8 @@ import onnx_light
 from onnx_light._inspect import model_info, verify_model
 from onnx_light._progress import Progress, human
 from onnx_light.onnx import AlignResult, align_external_data_streaming
-from onnx_light.onnx._align import MAX_CHUNK_SIZE
 from onnx_light.onnx._layout import SHARD_NAMINGS
-from onnx_light.onnx._options import MAX_ALIGNMENT
+from onnx_light.onnx._options import MAX_ALIGNMENT, MAX_CHUNK_SIZE
 
 PROG = "onnx-light"
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -80,10 +79,11 @@ def _size(text: str) -> int:
 
 
 def _alignment(text: str) -> int:
+    """An alignment, as the library takes it: 0 (dense) or a power of two up to 1 GiB."""
     value = _byte_count(text)
-    if not 1 <= value <= MAX_ALIGNMENT or value & (value - 1):
+    if value != 0 and (not 1 <= value <= MAX_ALIGNMENT or value & (value - 1)):
         raise argparse.ArgumentTypeError(
-            f"must be a power of two from 1 to {_bytes(MAX_ALIGNMENT)}, got {text!r}"
+            f"must be 0 (dense) or a power of two from 1 to {_bytes(MAX_ALIGNMENT)}, got {text!r}"
         )
     return value
 
@@ -331,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_alignment,
         default=4096,
         metavar="BYTES",
-        help="a power of two (default: 4096)",
+        help="a power of two, or 0 for none (default: 4096)",
     )
     p.add_argument(
         "--chunk-size",

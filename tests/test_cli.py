@@ -159,7 +159,7 @@ def test_align_no_bar_when_quiet_or_not_a_tty(tmp_path, capsys, monkeypatch):
     ("option", "value", "message"),
     [
         ("--alignment", "3", "power of two"),
-        ("--alignment", "0", "power of two"),
+        ("--alignment", "5", "power of two"),
         ("--alignment", "2G", "power of two from 1 to 1 GiB"),
         ("--alignment", "-4096", "power of two from 1 to 1 GiB"),
         ("--chunk-size", "0", "must be at least 1 byte"),
@@ -512,3 +512,16 @@ def test_align_shard_naming_and_inline_below(tmp_path, capsys):
     assert sorted(entries) == sorted(f"W{i}" for i in range(N))
     assert all(int(e["length"]) > bias for e in entries.values())
     assert_same_tensors(src, dst)
+
+
+def test_alignment_0_means_dense_everywhere(tmp_path):
+    """One meaning for alignment 0 in save, align and the command line: no padding."""
+    src = save_model(tmp_path)
+    onnxl.align_external_data_streaming(src, tmp_path / "a.onnx", alignment=0)
+    onnxl.align_external_data_streaming(src, tmp_path / "b.onnx", alignment=1)
+    assert main(["align", src, str(tmp_path / "c.onnx"), "--alignment", "0", "-q"]) == 0
+    opts = onnxl.SerializeOptions(alignment=0, size_threshold=0)
+    onnxl.save(onnxl.load(src), tmp_path / "d.onnx", "d.onnx.data", options=opts)
+    data = {n: (tmp_path / f"{n}.onnx.data").read_bytes() for n in "abcd"}
+    assert data["a"] == data["b"] == data["c"] == data["d"]
+    assert len(data["a"]) == weights_nbytes(N, DIM)

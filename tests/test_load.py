@@ -69,10 +69,14 @@ def test_load_accepts_pathlike_and_str(tmp_path):
     assert a.SerializeToString() == b.SerializeToString()
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
-def test_bad_num_threads(tmp_path, bad):
+@pytest.mark.parametrize(
+    "bad,error",
+    [(0, ValueError), (-1, ValueError), (1.5, TypeError), ("2", TypeError), (True, TypeError)],
+)
+def test_bad_num_threads(tmp_path, bad, error):
+    """A wrong value is a ValueError, a wrong type a TypeError (one rule everywhere)."""
     onnx.save(make_every_kind_model(), str(tmp_path / "m.onnx"))
-    with pytest.raises(ValueError, match="num_threads"):
+    with pytest.raises(error, match="num_threads"):
         onnxl.load(tmp_path / "m.onnx", num_threads=bad)
 
 

@@ -32,8 +32,8 @@ def test_options_are_checked():
     assert (opts.alignment, opts.size_threshold, opts.use_external_data_location) == (0, 1024, True)
     opts.alignment = 4096
     assert opts.alignment == 4096
-    for bad in (3, -4, 1.0, "4096"):
-        with pytest.raises(ValueError, match="alignment"):
+    for bad, error in ((3, ValueError), (-4, ValueError), (1.0, TypeError), ("4096", TypeError)):
+        with pytest.raises(error, match="alignment"):
             opts.alignment = bad
     with pytest.raises(ValueError, match="size_threshold"):
         opts.size_threshold = -1
@@ -263,3 +263,26 @@ def test_save_memory_bounded_by_largest_tensor(tmp_path, threads):
     growth = peak_growth_in_subprocess(_SAVE_PEAK, tmp_path / "m.onnx", threads)
     assert growth <= 4 * 2**20 + 64 * 2**20
     assert os.path.getsize(tmp_path / "w.data") >= 192 * 2**20
+
+
+def test_save_reports_progress(tmp_path):
+    """save takes a progress callback as align does: monotonic, last call done == total."""
+    model = make_runnable_model(seed=3)
+    calls = []
+    onnxl.save(model, tmp_path / "m.onnx", "m.data", progress=lambda d, t: calls.append((d, t)))
+    done = [d for d, _ in calls]
+    assert calls and done == sorted(done) and calls[-1][0] == calls[-1][1] > 0
+    calls.clear()
+    onnxl.save(model, tmp_path / "one.onnx", progress=lambda d, t: calls.append((d, t)))
+    assert calls == [(0, 0)]
+    with pytest.raises(TypeError, match="progress"):
+        onnxl.save(model, tmp_path / "x.onnx", "x.data", progress=3)
+    assert not (tmp_path / "x.onnx").exists()
+
+
+def test_shared_save_options_are_keyword_only(tmp_path):
+    model = make_runnable_model(seed=4)
+    with pytest.raises(TypeError):
+        onnxl.save_model_with_shared_external_data(
+            model, tmp_path / "v.onnx", onnxl.SerializeOptions()
+        )

@@ -31,7 +31,7 @@ def test_variant_writes_only_new_weights(tmp_path, first):
     digest = folder_digest(tmp_path)
     model, new = _variant(first)
     opts = onnxl.SerializeOptions(alignment=4096)
-    n = onnxl.save_model_with_shared_external_data(model, tmp_path / "variant.onnx", opts)
+    n = onnxl.save_model_with_shared_external_data(model, tmp_path / "variant.onnx", options=opts)
     assert n == new.nbytes == os.path.getsize(tmp_path / "variant.onnx.data")
     assert {k: v for k, v in folder_digest(tmp_path).items() if k in digest} == digest
     refs = external_offsets(tmp_path / "variant.onnx")

@@ -187,20 +187,22 @@ def test_weights_path_rules(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "kwargs,match",
+    "kwargs,match,error",
     [
-        ({"alignment": 0}, "alignment"),
-        ({"alignment": 3}, "alignment"),
-        ({"alignment": 4096.0}, "alignment"),
-        ({"chunk_size": 0}, "chunk_size"),
-        ({"chunk_size": -5}, "chunk_size"),
-        ({"size_threshold": -1}, "size_threshold"),
+        ({"alignment": -1}, "alignment", ValueError),
+        ({"alignment": 3}, "alignment", ValueError),
+        ({"alignment": 4096.0}, "alignment", TypeError),
+        ({"chunk_size": 0}, "chunk_size", ValueError),
+        ({"chunk_size": -5}, "chunk_size", ValueError),
+        ({"size_threshold": -1}, "size_threshold", ValueError),
+        ({"inline_below": "1K"}, "inline_below", TypeError),
+        ({"shard_naming": "onnxir"}, "shard_naming", ValueError),
     ],
 )
-def test_validation_before_any_write(tmp_path, kwargs, match):
+def test_validation_before_any_write(tmp_path, kwargs, match, error):
     save_two_file(make_every_kind_model(), tmp_path / "m.onnx")
     before = sorted(os.listdir(tmp_path))
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(error, match=match):
         onnxl.align_external_data_streaming(
             tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", **kwargs
         )

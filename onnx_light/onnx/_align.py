@@ -26,7 +26,13 @@ from ._external import (
 )
 from ._gc import paused_gc
 from ._layout import TRANSFORMERS_JS, check_shard_naming
-from ._options import check_alignment, check_max_shard_size, check_size_threshold
+from ._options import (
+    check_alignment,
+    check_chunk_size,
+    check_max_shard_size,
+    check_progress,
+    check_size_threshold,
+)
 from ._prune import remove, unreferenced
 from ._scan import PROTOBUF_LIMIT, scan_model
 from ._serialize import Spliced, piece_size, serialize_pieces, strip_raw_data
@@ -37,25 +43,18 @@ from ._tensors import is_external, iter_tensors, tensor_nbytes, typed_bytes
 from ._writer import Item, write_pieces
 
 SINGLE_FILE_THRESHOLD = 1024  # onnx.save's own size_threshold
-MAX_CHUNK_SIZE = 2**30  # the kernel moves at most ~2 GiB per call anyway
 
 
 def _check_args(
     alignment: object, chunk_size: object, size_threshold: object, progress: object
-) -> None:
-    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
-        raise ValueError(f"alignment must be a power of two >= 1, got {alignment!r}")
-    check_alignment(alignment)
-    if (
-        isinstance(chunk_size, bool)
-        or not isinstance(chunk_size, int)
-        or not 0 < chunk_size <= MAX_CHUNK_SIZE
-    ):
-        raise ValueError(f"chunk_size must be an int in [1, {MAX_CHUNK_SIZE}], got {chunk_size!r}")
+) -> int:
+    """The arguments' one validation (shared with save); returns the alignment (0 -> 1)."""
+    alignment = check_alignment(alignment)
+    check_chunk_size(chunk_size)
     if size_threshold is not None:
         check_size_threshold(size_threshold)
-    if progress is not None and not callable(progress):
-        raise TypeError(f"progress must be a callable or None, got {progress!r}")
+    check_progress(progress)
+    return alignment
 
 
 class AlignResult(int):
@@ -145,7 +144,7 @@ def align_model(
     Returns:
         An :class:`AlignResult`.
     """
-    _check_args(alignment, chunk_size, size_threshold, progress)
+    alignment = _check_args(alignment, chunk_size, size_threshold, progress)
     check_max_shard_size(max_shard_size)
     check_shard_naming(shard_naming)
     if inline_below is not None:

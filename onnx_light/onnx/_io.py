@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import onnx
 
@@ -10,7 +11,7 @@ from ._atomic import folder_lock
 from ._errors import ExternalDataError, shown
 from ._external import TensorRef, set_inline
 from ._files import read_refs, read_whole
-from ._options import SerializeOptions, check_num_threads, check_options
+from ._options import SerializeOptions, check_num_threads, check_options, check_progress
 from ._plan import SavePlan
 from ._scan import PROTOBUF_LIMIT, external_refs, own_location, parse_model, scan_model
 from ._sources import SourceFiles
@@ -100,6 +101,7 @@ def save(
     location: str | os.PathLike | None = None,
     *,
     options: SerializeOptions | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> None:
     """Save a model, its big tensors in an aligned external weights file.
 
@@ -115,6 +117,10 @@ def save(
         location: the weights file, relative to ``path``'s folder (as in
             onnx: a name is placed next to ``path``) and inside it.
         options: a :class:`SerializeOptions` (defaults when None).
+        progress: ``progress(done_bytes, total_bytes)`` while the weights
+            file is written, at least once per 4 MiB and last with
+            ``done == total``, as in
+            :func:`~onnx_light.onnx.align_external_data_streaming`.
 
     Raises:
         ValueError: the model exceeds 2 GiB without ``location``, or
@@ -126,6 +132,7 @@ def save(
             :class:`SerializeOptions`.
     """
     options = check_options(options)
+    check_progress(progress)
     path = destination_path(path)
     with SourceFiles() as files:
         plan = SavePlan(model, path, location, options, files)
@@ -134,7 +141,7 @@ def save(
                 f"model for {path!r} holds {plan.inline_bytes} bytes of tensor data, over "
                 "protobuf's 2 GiB limit: pass location= to store the weights in a second file"
             )
-        plan.write()
+        plan.write(progress=progress)
 
 
 __all__ = ["load", "save", "ExternalDataError"]

@@ -7,10 +7,25 @@ import os
 from ._layout import check_shard_naming
 
 MAX_ALIGNMENT = 2**30
+MAX_CHUNK_SIZE = 2**30  # the kernel moves at most ~2 GiB per call anyway
+
+
+def _int(value: object, name: str, what: str) -> int:
+    """``value`` when it is an int (not a bool).
+
+    Raises:
+        TypeError: any other type, naming the argument and what it must be.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+    return value
 
 
 def check_alignment(value: object) -> int:
-    """Validate an alignment: an int, 0, or a power of two up to 1 GiB.
+    """Validate an alignment: 0 or 1 (dense), or a power of two up to 1 GiB.
+
+    One rule for ``save`` (:class:`SerializeOptions`), the streaming helpers
+    and the command line.
 
     Args:
         value: the alignment asked for.
@@ -19,18 +34,42 @@ def check_alignment(value: object) -> int:
         The alignment, with 0 normalised to 1 (dense).
 
     Raises:
-        ValueError: when it is not an int, negative, not a power of two, or
-            over :data:`MAX_ALIGNMENT` (the padding would make files of
-            terabytes, or offsets no file system can hold).
+        TypeError: when it is not an int.
+        ValueError: negative, not a power of two, or over :data:`MAX_ALIGNMENT`
+            (the padding would make files of terabytes, or offsets no file
+            system can hold).
     """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"alignment must be an int, got {value!r}")
+    value = _int(value, "alignment", "0 or a power of two")
     if value == 0:
         return 1
     if value < 0 or value & (value - 1):
         raise ValueError(f"alignment must be 0 or a power of two >= 1, got {value}")
     if value > MAX_ALIGNMENT:
         raise ValueError(f"alignment must be at most {MAX_ALIGNMENT} (1 GiB), got {value}")
+    return value
+
+
+def check_chunk_size(value: object) -> int:
+    """Validate a chunk size: bytes per copy call, from 1 to 1 GiB.
+
+    Raises:
+        TypeError: when it is not an int.
+        ValueError: out of range.
+    """
+    value = _int(value, "chunk_size", "an int")
+    if not 0 < value <= MAX_CHUNK_SIZE:
+        raise ValueError(f"chunk_size must be in [1, {MAX_CHUNK_SIZE}], got {value}")
+    return value
+
+
+def check_progress(value: object):
+    """Validate a progress callback: None, or ``progress(done_bytes, total_bytes)``.
+
+    Raises:
+        TypeError: when it is not callable.
+    """
+    if value is not None and not callable(value):
+        raise TypeError(f"progress must be a callable or None, got {value!r}")
     return value
 
 
@@ -51,11 +90,12 @@ def check_num_threads(value: object, files: int = 1) -> int:
         The number of threads to use.
 
     Raises:
-        ValueError: when it is not None nor an int >= 1.
+        TypeError: when it is neither None nor an int.
+        ValueError: when it is < 1.
     """
     if value is None:
         return max(1, min(4, os.cpu_count() or 1, files))
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if _int(value, "num_threads", "None or an int >= 1") < 1:
         raise ValueError(f"num_threads must be None or an int >= 1, got {value!r}")
     return value
 
@@ -68,9 +108,10 @@ def check_size_threshold(value: object, name: str = "size_threshold") -> int:
         name: the argument's name, for the message.
 
     Raises:
-        ValueError: when it is not an int >= 0.
+        TypeError: when it is not an int.
+        ValueError: when it is < 0.
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if _int(value, name, "an int >= 0") < 0:
         raise ValueError(f"{name} must be an int >= 0, got {value!r}")
     return value
 
@@ -79,11 +120,12 @@ def check_max_shard_size(value: object) -> int | None:
     """Validate a shard size limit: None, or an int >= 1 (bytes).
 
     Raises:
-        ValueError: anything else.
+        TypeError: neither None nor an int.
+        ValueError: < 1.
     """
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if _int(value, "max_shard_size", "None or an int >= 1 (bytes)") < 1:
         raise ValueError(f"max_shard_size must be None or an int >= 1 (bytes), got {value!r}")
     return value
 
@@ -168,7 +210,7 @@ class SerializeOptions:
     @alignment.setter
     def alignment(self, value: int) -> None:
         check_alignment(value)
-        self._alignment = value
+        self._alignment = value  # 0 stays 0 (dense), as given
 
     @property
     def size_threshold(self) -> int:
@@ -194,11 +236,7 @@ class SerializeOptions:
 
     @max_shard_size.setter
     def max_shard_size(self, value: int | None) -> None:
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
-            raise ValueError(f"max_shard_size must be None or an int >= 1 (bytes), got {value!r}")
-        self._max_shard_size = value
+        self._max_shard_size = check_max_shard_size(value)
 
     @property
     def shard_naming(self) -> str:

@@ -164,12 +164,14 @@ class SavePlan:
             subs[ref.site.path] = Spliced(strip_raw_data(ref.site.tensor), ref)
         return subs
 
-    def write(self, *, mutate: bool = False) -> int:
+    def write(self, *, mutate: bool = False, progress=None) -> int:
         """Write the weights file (when any tensor goes there) and the ``.onnx``, atomically.
 
         Args:
             mutate: also turn the caller's saved tensors into references to
                 the new weights file, once everything is written.
+            progress: ``progress(done_bytes, total_bytes)`` while the weights
+                are written (called once with ``(0, 0)`` when there are none).
 
         Returns:
             The size of the weights file (0 when none was written).
@@ -178,7 +180,9 @@ class SavePlan:
         with AtomicFiles() as files:
             files.reserve(self.targets)
             if self.weights is not None:
-                size = self.weights.write(files, self.files, self.threads)
+                size = self.weights.write(files, self.files, self.threads, progress=progress)
+            elif progress is not None:
+                progress(0, 0)
             try:
                 pieces = serialize_pieces(self.model, self.substitutions())
             except ValueError as e:  # e.g. a message protobuf cannot encode

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import onnx
 
 from ._align import AlignResult, align_model
-from ._options import SerializeOptions, check_options
+from ._options import SerializeOptions, check_options, check_progress
 from ._plan import SavePlan
 from ._sources import SourceFiles
 from ._targets import destination_path
@@ -138,7 +138,9 @@ class _SharedPlan(SavePlan):
 def save_model_with_shared_external_data(
     model: onnx.ModelProto,
     dst_onnx_path: str | os.PathLike,
+    *,
     options: SerializeOptions | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> int:
     """Save a variant model that reuses another model's weights file.
 
@@ -157,7 +159,9 @@ def save_model_with_shared_external_data(
         dst_onnx_path: the new ``.onnx``; it must sit where the reused
             locations resolve (usually next to the first model).
         options: alignment, size threshold and writer threads
-            (``use_external_data_location`` is always True here).
+            (``use_external_data_location`` is always True here); keyword-only.
+        progress: ``progress(done_bytes, total_bytes)`` while the new
+            weights are written, as in :func:`align_external_data_streaming`.
 
     Returns:
         The size of the new ``.data`` file, 0 when no tensor was new (the file
@@ -173,6 +177,7 @@ def save_model_with_shared_external_data(
     .. versionadded:: 0.1
     """
     options = check_options(options)
+    check_progress(progress)
     opts = SerializeOptions(
         options.alignment,
         options.size_threshold,
@@ -185,4 +190,4 @@ def save_model_with_shared_external_data(
     path = destination_path(dst_onnx_path)
     with SourceFiles() as files:
         plan = _SharedPlan(model, path, os.path.basename(path) + ".data", opts, files)
-        return plan.write(mutate=True)
+        return plan.write(mutate=True, progress=progress)
