@@ -15,6 +15,7 @@ import pytest
 from conftest import (
     external_offsets,
     folder_digest,
+    make_runnable_model,
     read_back,
     save_two_file,
     tensor_bytes,
@@ -24,6 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import convert_model_to_external_data
 
 import onnx_light.onnx as onnxl
+from onnx_light.onnx._tensors import iter_tensors
 
 KiB = 1024
 SHARDS4 = [f"m-{i:05d}-of-00004.onnx.data" for i in (1, 2, 3, 4)]
@@ -395,3 +397,86 @@ def test_result_counts_every_tensor_left_inline(tmp_path):
         tmp_path / "a.onnx", tmp_path / "b.onnx", inline_below=8192
     )
     assert (back.moved, back.inline, back.inlined) == (0, 3, 1)
+
+
+def _values(path) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t) for t in onnxl.load(path).graph.initializer}
+
+
+def _gemm(tmp_path, name="m.onnx", location="m.onnx.data"):
+    model = make_runnable_model(seed=7)
+    onnxl.save(model, tmp_path / name, location, options=onnxl.SerializeOptions(size_threshold=0))
+    return tmp_path / name
+
+
+def test_prune_never_deletes_a_model(tmp_path):
+    """A view saved from a skip_raw_data load reads base.onnx's inline bytes: re-laying
+    the view out leaves base.onnx unreferenced by it, and it is still never deleted."""
+    onnxl.save(make_runnable_model(seed=2), tmp_path / "base.onnx")
+    view = onnxl.load(tmp_path / "base.onnx", load_external_data=False, skip_raw_data=True)
+    onnxl.save(view, tmp_path / "view.onnx")
+    before = _values(tmp_path / "base.onnx")
+    result = onnxl.align_external_data_streaming(
+        tmp_path / "view.onnx", tmp_path / "view.onnx", remove_unreferenced=True
+    )
+    assert result.unreferenced == result.removed == []
+    assert _values(tmp_path / "base.onnx").keys() == before.keys()
+
+
+@pytest.mark.parametrize("where", ["Variant.ONNX", "sub/other.onnx"])
+def test_prune_keeps_files_read_by_models_named_otherwise_or_below(tmp_path, where):
+    """A model with an upper-case extension, or in a subfolder, reading an old file keeps it."""
+    (tmp_path / "sub").mkdir()
+    path = _gemm(tmp_path / "sub" if "/" in where else tmp_path, "m.onnx", "m.onnx.data")
+    if "/" in where:  # the model re-laid out is the one above, its weights in sub/
+        onnxl.align_external_data_streaming(path, tmp_path / "top.onnx", "sub/w.data")
+        path = tmp_path / "top.onnx"
+        reader_location, old = "w.data", tmp_path / "sub" / "w.data"
+    else:
+        reader_location, old = "m.onnx.data", tmp_path / "m.onnx.data"
+    reader = onnxl.load(path, load_external_data=False)
+    for site in iter_tensors(reader):
+        if site.tensor.external_data:
+            site.tensor.external_data[0].value = reader_location
+    onnx.save(reader, str(tmp_path / where))
+    expected = _values(tmp_path / where)
+    result = onnxl.align_external_data_streaming(path, path, "new.data", remove_unreferenced=True)
+    assert str(old) not in result.unreferenced and old.exists()
+    for name, value in _values(tmp_path / where).items():
+        np.testing.assert_array_equal(value, expected[name])
+
+
+def test_in_place_align_refuses_to_replace_weights_another_model_reads(tmp_path):
+    """variant.onnx shares m.onnx.data: re-aligning m.onnx in place over it would break
+    the variant; the same call with a new weights name works and leaves it intact."""
+    path = _gemm(tmp_path)
+    variant = onnxl.load(path, load_external_data=False)
+    onnxl.save_model_with_shared_external_data(variant, tmp_path / "variant.onnx")
+    expected = _values(tmp_path / "variant.onnx")
+    digest = folder_digest(tmp_path)
+    with pytest.raises(onnxl.ExternalDataError, match="variant.onnx.*another model"):
+        onnxl.align_external_data_streaming(path, path, alignment=64)
+    assert folder_digest(tmp_path) == digest
+    onnxl.align_external_data_streaming(path, path, "m2.onnx.data", alignment=64)
+    for name, value in _values(tmp_path / "variant.onnx").items():
+        np.testing.assert_array_equal(value, expected[name])
+
+
+def test_inline_below_keeps_small_inline_tensors_inline(tmp_path):
+    """size_threshold=0 moves every inline tensor, but not those under inline_below."""
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    w = numpy_helper.from_array(np.ones((4, 256), np.float32), "W")
+    node = helper.make_node("ReduceMean", ["W", "axes"], ["y"])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([node], "g", [], [out], [w, axes])
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]),
+        str(tmp_path / "m.onnx"),
+    )
+    result = onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", tmp_path / "o.onnx", size_threshold=0, inline_below=1024
+    )
+    assert (result.moved, result.inline) == (1, 1)
+    meta = onnx.load(str(tmp_path / "o.onnx"), load_external_data=False)
+    kinds = {t.name: t.data_location for t in meta.graph.initializer}
+    assert kinds == {"W": TensorProto.EXTERNAL, "axes": TensorProto.DEFAULT}

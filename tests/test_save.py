@@ -286,3 +286,44 @@ def test_shared_save_options_are_keyword_only(tmp_path):
         onnxl.save_model_with_shared_external_data(
             model, tmp_path / "v.onnx", onnxl.SerializeOptions()
         )
+
+
+def test_in_place_save_refuses_to_break_another_model_of_the_folder(tmp_path, every_kind):
+    """A variant sharing m.data, or a view reading m.onnx's inline bytes: saving m.onnx
+    in place over those files would break them; refused, nothing written."""
+    save_two_file(every_kind, tmp_path / "m.onnx", location="m.data")
+    meta = onnxl.load(tmp_path / "m.onnx", load_external_data=False)
+    onnxl.save_model_with_shared_external_data(meta, tmp_path / "variant.onnx")
+    digest = folder_digest(tmp_path)
+    meta.graph.doc_string = "edited"
+    with pytest.raises(onnxl.ExternalDataError, match="variant.onnx.*another model"):
+        onnxl.save(meta, tmp_path / "m.onnx", "m.data")
+    assert folder_digest(tmp_path) == digest
+    onnxl.save(meta, tmp_path / "m.onnx", "m2.data")  # new weights: the variant keeps m.data
+    assert read_back(tmp_path / "variant.onnx") == tensor_bytes(every_kind)
+
+    one = tmp_path / "one"
+    one.mkdir()
+    onnxl.save(every_kind, one / "base.onnx")
+    view = onnxl.load(one / "base.onnx", load_external_data=False, skip_raw_data=True)
+    onnxl.save(view, one / "view.onnx")
+    digest = folder_digest(one)
+    with pytest.raises(onnxl.ExternalDataError, match="view.onnx.*another model"):
+        onnxl.save(view, one / "base.onnx")
+    assert folder_digest(one) == digest
+
+
+def test_in_place_save_of_a_model_loaded_elsewhere_is_refused(tmp_path):
+    """Its references name ranges the replaced model does not have: it was not loaded
+    from there, and reading those ranges would take the replaced model's bytes."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    onnxl.save(make_runnable_model(seed=1), tmp_path / "a" / "m.onnx", "m.data",
+               options=_opts(size_threshold=0, alignment=64))  # fmt: skip
+    onnxl.save(make_runnable_model(seed=2), tmp_path / "b" / "m.onnx", "m.data",
+               options=_opts(size_threshold=0, alignment=4096))  # fmt: skip
+    digest = folder_digest(tmp_path / "b")
+    meta = onnxl.load(tmp_path / "a" / "m.onnx", load_external_data=False)
+    with pytest.raises(onnxl.ExternalDataError, match="not a tensor of"):
+        onnxl.save(meta, tmp_path / "b" / "m.onnx", "m.data")
+    assert folder_digest(tmp_path / "b") == digest

@@ -164,6 +164,7 @@ def align_model(
         check_targets(
             [*weights.paths, dst],
             files,
+            model=dst,
             in_place=in_place,
             hint="give the new files other names, or pass the source .onnx as the "
             "destination to re-align it in place",
@@ -237,7 +238,7 @@ def _place_one(plan: _Plan, site, resolver, spans, inline_below, seen) -> None:
         if not from_inline and ref.source not in seen:
             seen.add(ref.source)
             plan.sources.append(ref.source)
-        if from_inline and not _moves(site, ref.length, threshold):
+        if from_inline and not _moves(site, ref.length, threshold, inline_below):
             plan.inline.append(ref)  # stays as it was, whatever its length
         elif not from_inline and inline_below is not None and ref.length < inline_below:
             check_length(site, ref.length, ref.file)
@@ -251,7 +252,7 @@ def _place_one(plan: _Plan, site, resolver, spans, inline_below, seen) -> None:
     if tensor.HasField("raw_data"):
         size = tensor_nbytes(tensor)
         size = len(tensor.raw_data) if size is None else size
-        if _moves(site, size, threshold):
+        if _moves(site, size, threshold, inline_below):
             plan.items.append(Item(site, size))
         else:
             plan.kept_inline += 1
@@ -259,7 +260,7 @@ def _place_one(plan: _Plan, site, resolver, spans, inline_below, seen) -> None:
     size = tensor_nbytes(tensor)
     if not size:
         return  # a string, or nothing to write
-    if _moves(site, size, threshold, typed=True):
+    if _moves(site, size, threshold, inline_below, typed=True):
         data = typed_bytes(site)
         if data is not None:
             plan.items.append(Item(site, len(data), data=data))
@@ -268,10 +269,15 @@ def _place_one(plan: _Plan, site, resolver, spans, inline_below, seen) -> None:
     plan.kept_inline += 1
 
 
-def _moves(site, size: int, threshold: int | None, typed: bool = False) -> bool:
+def _moves(
+    site, size: int, threshold: int | None, inline_below: int | None, typed: bool = False
+) -> bool:
     """Whether an inline tensor moves to the weights file (sparse tensors stay inline,
-    as onnx keeps them: its checker cannot read external sparse tensors)."""
+    as onnx keeps them: its checker cannot read external sparse tensors; a tensor
+    under ``inline_below`` bytes stays inline, whatever the threshold)."""
     if threshold is None or size < threshold or site.in_sparse:
+        return False
+    if inline_below is not None and size < inline_below:
         return False
     if not typed:
         check_movable(site)

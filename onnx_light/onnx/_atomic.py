@@ -215,6 +215,8 @@ class AtomicFiles:
 
         Signals are held from the first rename to the last clean-up, and
         delivered after: an interrupt never leaves a mix of old and new files.
+        The wait for the folders' locks is not held: an interrupt then
+        removes the temporary files.
 
         Raises:
             OSError: a rename failed; the renames already made were undone.
@@ -228,12 +230,13 @@ class AtomicFiles:
             except OSError:
                 self.abort()
                 raise
-            pending, self._pending = self._pending, []
-            folders = _distinct_folders([os.path.dirname(e.final) for e in pending])
-            done: list[_Swap] = []
-            with contextlib.ExitStack() as locks:
-                for folder in folders:  # in a fixed order: two commits never deadlock
-                    locks.enter_context(folder_lock(folder))
+        folders = _distinct_folders([os.path.dirname(e.final) for e in self._pending])
+        with contextlib.ExitStack() as locks:
+            for folder in folders:  # in a fixed order: two commits never deadlock
+                locks.enter_context(folder_lock(folder))  # a wait an interrupt may cut
+            with critical():
+                pending, self._pending = self._pending, []
+                done: list[_Swap] = []
                 try:
                     for entry in pending:
                         swap = _Swap(entry.tmp, entry.final)
@@ -245,9 +248,9 @@ class AtomicFiles:
                     for entry in pending[len(done) :]:
                         _unlink(entry.tmp)
                     raise
-            for swap in done:
-                if swap.old is not None:
-                    _unlink(swap.old)
+                for swap in done:
+                    if swap.old is not None:
+                        _unlink(swap.old)
 
     def abort(self) -> None:
         """Close and remove every temporary file."""

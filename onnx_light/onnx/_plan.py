@@ -15,7 +15,7 @@ from ._atomic import AtomicFiles
 from ._errors import ExternalDataError
 from ._external import Resolver, TensorRef, check_movable, place
 from ._options import SerializeOptions, check_alignment, check_num_threads
-from ._scan import model_files
+from ._scan import model_files, ref_key
 from ._serialize import Spliced, serialize_pieces, strip_raw_data
 from ._shards import WeightsFiles
 from ._sources import SourceFiles
@@ -61,6 +61,7 @@ class SavePlan:
         self.files = files
         self.location = location
         self.options = options
+        self._own: tuple[set, set] | None = None  # the replaced model's files and ranges
         self.alignment = check_alignment(options.alignment)
         self.threads = check_num_threads(options.num_threads)
         if location is not None:
@@ -141,16 +142,41 @@ class SavePlan:
             moved = [ref for ref in kept if ref.source.identity in replaced]
             if not moved:
                 break
+            self._check_own(moved)
             kept = [ref for ref in kept if ref.source.identity not in replaced]
             for ref in moved:
                 self._copy(ref)
         self.targets = [*(self.weights.outputs if self.weights else []), self.path]
-        check_targets(targets, self.files, replaceable=self._own_files, hint=self.overwrite_hint)
+        check_targets(
+            targets,
+            self.files,
+            model=self.path,
+            replaceable=self._own_files,
+            hint=self.overwrite_hint,
+        )
 
     def _own_files(self) -> set[tuple[int, int]]:
         """The files the destination ``.onnx`` (which this save replaces) and its
         references are: those an in-place save may replace."""
-        return model_files(self.path, self.files)
+        if self._own is None:
+            self._own = model_files(self.path, self.files)
+        return self._own[0]
+
+    def _check_own(self, refs: list[TensorRef]) -> None:
+        """References into the files of the model replaced must be ranges it has:
+        a model loaded elsewhere would otherwise read the bytes being replaced.
+
+        Raises:
+            ExternalDataError: naming the tensor, the file and the range.
+        """
+        own = self._own_files()
+        for ref in refs:
+            if ref.source.identity in own and ref_key(ref) not in self._own[1]:
+                raise ExternalDataError(
+                    f"tensor {ref.site.label}: its bytes [{ref.offset}, {ref.offset + ref.length})"
+                    f" of {ref.file!r} are not a tensor of {self.path!r}, which this save "
+                    "replaces: was the model loaded from another file? Save it elsewhere"
+                )
 
     def substitutions(self) -> dict:
         """The tensors to serialize in place of the model's own, by path."""

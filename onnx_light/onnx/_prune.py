@@ -4,8 +4,8 @@ Re-laying out a model in place (4 shards to 2, shards to one file, one file
 per tensor to one file) leaves the files the old model read and the new one
 does not. They are never deleted silently: another model of the folder may
 share them (a variant saved with shared weights). :func:`unreferenced` lists
-those that no ``.onnx`` of the model's folder references; :func:`remove`
-deletes them when the caller asks.
+those that no ``.onnx`` of the model's folder references (see
+:mod:`._readers`); :func:`remove` deletes them when the caller asks.
 """
 
 from __future__ import annotations
@@ -14,33 +14,13 @@ import contextlib
 import os
 import warnings
 
-from ._external import read_entries
-from ._scan import scan_model
+from ._readers import Listings, is_model_name, readers, stored_spelling
 from ._signals import critical
-from ._sources import SourceFile, SourceFiles
-from ._tensors import is_external, iter_tensors
-
-
-def _locations(model_path: str) -> set[str]:
-    """The real paths of every file ``model_path`` references (metadata only).
-
-    Raises:
-        ValueError, OSError: the model cannot be read.
-    """
-    folder = os.path.dirname(model_path)
-    with SourceFiles() as files:
-        model, spans = scan_model(model_path, files)
-    found = set()
-    for site in iter_tensors(model):
-        if is_external(site.tensor):
-            entries = read_entries(site)
-            if not spans.holds(entries):
-                found.add(os.path.realpath(os.path.join(folder, entries["location"])))
-    return found
+from ._sources import SourceFile
 
 
 def unreferenced(model_path: str, old: list[SourceFile], new: list[str]) -> list[str]:
-    """The files the old model read that no ``.onnx`` of its folder references now.
+    """The weights files the old model read that no ``.onnx`` of its folder references now.
 
     Args:
         model_path: the model just replaced in place.
@@ -48,36 +28,35 @@ def unreferenced(model_path: str, old: list[SourceFile], new: list[str]) -> list
         new: the weights files the new model references.
 
     Returns:
-        Their paths, in the order of ``old``; empty when a ``.onnx`` of the
-        folder cannot be read (then a :class:`UserWarning` says which: it
-        may reference them).
+        Their paths, in the order of ``old``: never a ``.onnx`` (another
+        model, whose inline bytes the old one read), never a file a model of
+        the folder, or of a folder between it and the file, references. Empty
+        when one of those models cannot be read (then a :class:`UserWarning`
+        says which: it may reference them).
     """
-    fresh = {os.path.realpath(p) for p in new}
+    listings = Listings()
+    fresh = {stored_spelling(p, listings) for p in new}
+    model = stored_spelling(model_path, listings)
     candidates: dict[str, str] = {}
     for source in old:
-        real = os.path.realpath(source.path)
+        stored = stored_spelling(source.path, listings)
+        if stored in fresh or stored == model or is_model_name(stored):
+            continue
         with contextlib.suppress(OSError):
-            st = os.stat(real)
-            if real not in fresh and (st.st_dev, st.st_ino) == source.identity:
-                candidates.setdefault(real, source.path)
+            st = os.stat(stored)
+            if (st.st_dev, st.st_ino) == source.identity:  # still the file read
+                candidates.setdefault(stored, source.path)
     if not candidates:
         return []
-    folder = os.path.dirname(model_path)
-    for name in sorted(os.listdir(folder)):
-        path = os.path.join(folder, name)
-        if not name.endswith(".onnx") or not os.path.isfile(path):
-            continue
-        try:
-            for real in _locations(path):
-                candidates.pop(real, None)
-        except (ValueError, OSError) as e:
-            warnings.warn(
-                f"{len(candidates)} weights file(s) that {model_path!r} no longer references "
-                f"were kept: {path!r} could not be read to check what it references ({e})",
-                stacklevel=3,
-            )
-            return []
-    return list(candidates.values())
+    read, unreadable = readers(list(candidates.values()), os.path.dirname(model), set(), listings)
+    if unreadable:
+        warnings.warn(
+            f"{len(candidates)} weights file(s) that {model_path!r} no longer references "
+            f"were kept: {unreadable[0]!r} could not be read to check what it references",
+            stacklevel=3,
+        )
+        return []
+    return [path for path in candidates.values() if path not in read]
 
 
 def remove(paths: list[str]) -> list[str]:

@@ -88,19 +88,32 @@ def external_refs(
     return [resolver.resolve(s) for s in iter_tensors(model) if is_external(s.tensor)]
 
 
-def model_files(path: str, files: SourceFiles) -> set[tuple[int, int]]:
-    """The identities of the model file ``path`` and of every file it references.
+def ref_key(ref: TensorRef) -> tuple[str, int, int]:
+    """What a reference reads, as a model records it: (location, offset, length)."""
+    return (os.path.normpath(ref.entries["location"]), ref.offset, ref.length)
+
+
+def model_files(
+    path: str, files: SourceFiles
+) -> tuple[set[tuple[int, int]], set[tuple[str, int, int]]]:
+    """The files the model ``path`` is made of, and the byte ranges it references.
 
     What an in-place save may replace: the model being replaced and its own
-    weights. Empty when ``path`` is not a regular file with a single link (a
-    second name would still read the old files), or cannot be read as a model.
+    weights; and what the saved model may read from them: the ranges the
+    replaced model itself references (:func:`ref_key`). Empty when ``path``
+    is not a regular file with a single link (a second name would still read
+    the old files), or cannot be read as a model.
+
+    Returns:
+        ``(identities of the model and of its data files, its references)``.
     """
     try:
         st = os.lstat(path)
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            return set()
+            return set(), set()
         model, spans = scan_model(path, files)
         refs = external_refs(model, os.path.dirname(path), files, spans, spans.source)
     except (OSError, ValueError):
-        return set()
-    return {spans.source.identity} | {ref.source.identity for ref in refs}
+        return set(), set()
+    identities = {spans.source.identity} | {ref.source.identity for ref in refs}
+    return identities, {ref_key(ref) for ref in refs}

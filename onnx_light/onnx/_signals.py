@@ -48,6 +48,7 @@ class _State:
         self.depth = 0  # nested guarded() sections
         self.critical = 0  # nested critical() sections
         self.pending: list[int] = []
+        self.terminated: int | None = None  # a terminating signal already acted on
         self.originals: dict[int, object] = {}
 
 
@@ -59,17 +60,21 @@ def _handler(signum: int, frame) -> None:
     if state.critical:
         state.pending.append(signum)
         return
-    state.critical += 1  # the clean-up that follows is not cut short by a second signal
     original = state.originals.get(signum)
     if callable(original):
         original(signum, frame)  # e.g. KeyboardInterrupt
-        state.critical -= 1  # the caller's handler returned: carry on
         return
+    state.terminated = signum  # raised again once the files are cleaned up
     raise Terminated(signum)
 
 
 def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
+
+
+def _ordered(pending: list[int]) -> list[int]:
+    """Each signal once, those that end the process first: a Ctrl-C never hides a SIGTERM."""
+    return sorted(dict.fromkeys(pending), key=lambda signum: signum == signal.SIGINT)
 
 
 @contextlib.contextmanager
@@ -85,7 +90,6 @@ def guarded() -> Iterator[None]:
         return
     state = _state
     if state.depth == 0:
-        installed = []
         try:
             for signum in _SIGNALS:
                 original = signal.getsignal(signum)
@@ -93,48 +97,75 @@ def guarded() -> Iterator[None]:
                     continue
                 state.originals[signum] = original
                 signal.signal(signum, _handler)
-                installed.append(signum)
         except BaseException:
-            _restore(installed)
+            _restore()
             raise
     state.depth += 1
-    terminated = None
     try:
         yield
-    except Terminated as e:
-        terminated = e
-        raise
     finally:
         state.depth -= 1
         if state.depth == 0:
-            state.critical += 1  # a signal while restoring waits in pending
-            _restore(list(state.originals))
-            pending, state.pending = state.pending, []
-            state.critical = 0
-            if terminated is not None:
-                pending.insert(0, terminated.signum)
-            for signum in dict.fromkeys(pending):
-                signal.raise_signal(signum)  # its own action now: end, raise, or ignore
+            _leave()
 
 
-def _restore(signums: list[int]) -> None:
-    for signum in signums:
-        signal.signal(signum, _state.originals.pop(signum))
-
-
-@contextlib.contextmanager
-def critical() -> Iterator[None]:
-    """Hold signals while the block runs; deliver them after it, in order."""
+def _leave() -> None:
+    """Put the callers' handlers back, then let the signals that waited act."""
     state = _state
-    if not _in_main_thread() or state.depth == 0:
-        yield
-        return
-    state.critical += 1
-    try:
-        yield
-    finally:
+    state.critical += 1  # a signal while restoring waits in pending
+    interrupted = _restore()
+    pending, state.pending = state.pending, []
+    terminated, state.terminated = state.terminated, None
+    state.critical = 0
+    if terminated is not None:
+        pending.insert(0, terminated)
+    for signum in _ordered(pending):
+        signal.raise_signal(signum)  # its own action now: end, raise, or ignore
+    if terminated is not None:  # its action did not end the process
+        raise Terminated(terminated)
+    if interrupted is not None:
+        raise interrupted
+
+
+def _restore() -> BaseException | None:
+    """Give every signal its caller's handler back, whatever arrives meanwhile.
+
+    A signal whose own handler is back already may raise inside a later
+    ``signal.signal`` call: a handler not yet back is set again, and the
+    first such exception is returned, to be raised after.
+    """
+    state = _state
+    interrupted = None
+    for signum, original in list(state.originals.items()):
+        while signal.getsignal(signum) is not original:
+            try:
+                signal.signal(signum, original)
+            except BaseException as e:  # raised again by the caller
+                interrupted = interrupted or e
+        del state.originals[signum]
+    return interrupted
+
+
+class critical:  # noqa: N801 (named as the function it stands for)
+    """Hold signals while the block runs; deliver them after it.
+
+    When the block ends with an exception, they wait for the end of
+    :func:`guarded` (the clean-up under way is not cut short).
+    """
+
+    def __enter__(self) -> None:
+        self.active = _in_main_thread() and _state.depth > 0
+        if self.active:
+            _state.critical += 1
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if not self.active:
+            return
+        state = _state
         state.critical -= 1
-        if state.critical == 0 and state.pending:
-            pending, state.pending = state.pending, []
-            for signum in dict.fromkeys(pending):
-                _handler(signum, None)
+        if state.critical or exc_type is not None:
+            return
+        while state.pending:  # one at a time: the others wait if it raises
+            first, *rest = _ordered(state.pending)
+            state.pending = rest
+            _handler(first, None)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from ._errors import ExternalDataError, shown
 from ._external import check_location
+from ._readers import Listings, readers, stored_spelling
 from ._sources import SourceFiles, is_inside
 
 
@@ -178,15 +179,19 @@ def check_targets(
     paths: list[str],
     files: SourceFiles,
     *,
+    model: str,
     in_place: bool = False,
     replaceable: Callable[[], set[tuple[int, int]]] | None = None,
     hint: str = "",
 ) -> None:
-    """Refuse destinations that are not files, or that hold bytes the call reads.
+    """Refuse destinations that are not files, that hold bytes the call reads,
+    or that another model of the folder reads.
 
     Args:
         paths: the destination files of the call.
         files: the call's opened source files.
+        model: the destination ``.onnx`` (its own references do not count:
+            it is replaced).
         in_place: the declared in-place case: the destinations replace the
             very model being read, so they may be its sources.
         replaceable: when a destination is a source, the identities of the
@@ -196,22 +201,23 @@ def check_targets(
 
     Raises:
         ValueError: a destination exists and is not a regular file or a symlink.
-        ExternalDataError: a destination is a file the call reads.
+        ExternalDataError: a destination is a file the call reads, or one
+            another ``.onnx`` of the folder reads.
     """
-    listings: dict[str, set[str]] = {}
+    listings = Listings()
     folded: dict[str, object] | None = None
     allowed: set[tuple[int, int]] | None = None
+    existing = []
     for path in paths:
         ids = _identities(path)
         if ids is None:
             continue
-        source = None
-        stored = _stored_spelling(path, listings)
-        if stored != os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path)):
+        existing.append(path)
+        stored = stored_spelling(path, listings)
+        if os.path.basename(stored) != os.path.basename(path):
             if folded is None:  # the sources as their folders store their names
-                folded = {_stored_spelling(p, listings): s for p, s in files.sources()}
-            source = folded.get(stored)
-            if source is not None:  # even in place: never replace a file read under another name
+                folded = {stored_spelling(p, listings): s for p, s in files.sources()}
+            if stored in folded:  # even in place: never replace a file read under another name
                 raise ExternalDataError(
                     f"destination {path!r} is {stored!r} on this filesystem (it does not "
                     f"tell upper from lower case), which this call reads: name it {stored!r}"
@@ -234,26 +240,24 @@ def check_targets(
             f"destination {path!r}: this call would overwrite {what}, and leave the source "
             f"model broken{'; ' + hint if hint else ''}"
         )
+    if existing:
+        _check_other_readers(existing, model, listings)
 
 
-def _stored_spelling(path: str, listings: dict[str, set[str]]) -> str:
-    """The path of an existing file as its folder stores the name.
+def _check_other_readers(existing: list[str], model: str, listings: Listings) -> None:
+    """Refuse to replace a file another model of the folder reads (a shared weights
+    file, the ``.onnx`` whose inline bytes a view reads): it would break it.
 
-    ``path`` itself, or, where the filesystem does not tell upper from lower
-    case (FAT, exFAT, casefold ext4), the one entry it matched. Through FUSE
-    two spellings of one file give two inode numbers, so identities alone
-    cannot tell that ``M.ONNX.DATA`` is ``m.onnx.data``.
+    Raises:
+        ExternalDataError: naming the file and the model that reads it.
     """
-    folder, name = os.path.split(os.path.abspath(path))
-    folder = os.path.realpath(folder)
-    names = listings.get(folder)
-    if names is None:
-        try:
-            names = set(os.listdir(folder))
-        except OSError:
-            names = set()
-        listings[folder] = names
-    if name in names:
-        return os.path.join(folder, name)
-    matches = [n for n in names if n.casefold() == name.casefold()]
-    return os.path.join(folder, matches[0] if len(matches) == 1 else name)
+    skip = {stored_spelling(model, listings)}
+    read, _ = readers(existing, os.path.dirname(os.path.abspath(model)), skip, listings)
+    for path in existing:
+        reader = read.get(path)
+        if reader is not None:
+            raise ExternalDataError(
+                f"destination {path!r} is read by {reader!r}, another model of the folder: "
+                "replacing it would break that model; write the new files under other "
+                "names (the old ones stay for it)"
+            )
