@@ -72,8 +72,7 @@ class RssTimeline:
 
     @property
     def growth(self) -> int:
-        """Peak RSS minus the first sample (as :attr:`PeakMemory.growth
-        <onnx_light.bench.PeakMemory.growth>`)."""
+        """Peak RSS minus the first sample, in bytes, as ``PeakMemory.growth``."""
         return self.growth_of("rss")
 
     def growth_of(self, field: str) -> int:

@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import onnx
 
 from ._atomic import AtomicFiles, folder_lock
 from ._external import (
     Resolver,
-    TensorRef,
-    check_length,
-    check_movable,
     place,
     read_entries,
 )
@@ -33,14 +29,15 @@ from ._options import (
     check_progress,
     check_size_threshold,
 )
+from ._plan import MOVE, Plan, plan_tensors
 from ._prune import remove, unreferenced
 from ._scan import PROTOBUF_LIMIT, scan_model
 from ._serialize import Spliced, piece_size, serialize_pieces, strip_raw_data
 from ._shards import WeightsFiles
-from ._sources import SourceFile, SourceFiles
+from ._sources import SourceFiles
 from ._targets import check_targets, destination_path, is_in_place, weights_destination
-from ._tensors import is_external, iter_tensors, tensor_nbytes, typed_bytes
-from ._writer import Item, write_pieces
+from ._tensors import is_external, iter_tensors
+from ._writer import write_pieces
 
 SINGLE_FILE_THRESHOLD = 1024  # onnx.save's own size_threshold
 
@@ -104,20 +101,6 @@ class AlignResult(int):
         return f"AlignResult({fields})"
 
 
-@dataclass
-class _Plan:
-    """What :func:`_plan` decided for each tensor of the source."""
-
-    model: onnx.ModelProto
-    items: list[Item] = field(default_factory=list)
-    inline: list[TensorRef] = field(default_factory=list)  # bytes written into the .onnx
-    threshold: int | None = None
-    typed: int = 0
-    inlined: int = 0
-    kept_inline: int = 0  # inline tensors too small to be spans of the source: kept as parsed
-    sources: list[SourceFile] = field(default_factory=list)  # data files read
-
-
 def default_weights(dst_onnx_path: str | os.PathLike, shard_naming: str = "onnx-ir") -> str:
     """The weights file's name when the caller gives none: ``DST.data``, or
     ``DST_data`` with transformers.js's naming (the name its loader derives)."""
@@ -156,7 +139,7 @@ def align_model(
     weights_destination(dst, dst_weights_path)  # a bad name fails before any reading
     in_place = is_in_place(src, dst)
     with paused_gc(), SourceFiles() as files:
-        plan = _plan(src, files, size_threshold, inline_below)
+        model, plan, threshold = _plan(src, files, size_threshold, inline_below)
         items = plan.items
         weights = WeightsFiles(
             items, alignment, dst, dst_weights_path, max_shard_size, shard_naming
@@ -175,7 +158,7 @@ def align_model(
             for item, (location, offset) in zip(items, weights.placement, strict=True):
                 place(item.site.tensor, location, offset, item.size, item.entries)
             subs = {r.site.path: Spliced(strip_raw_data(r.site.tensor), r) for r in plan.inline}
-            pieces = serialize_pieces(plan.model, subs)
+            pieces = serialize_pieces(model, subs)
             if piece_size(pieces) > PROTOBUF_LIMIT:
                 raise ValueError(
                     f"{dst!r} would hold {piece_size(pieces)} bytes, over protobuf's 2 GiB "
@@ -195,7 +178,7 @@ def align_model(
         typed=plan.typed,
         inline=plan.kept_inline + len(plan.inline),
         inlined=plan.inlined,
-        threshold=plan.threshold,
+        threshold=threshold,
         weights_paths=weights.outputs,
         unreferenced=stale,
         removed=removed,
@@ -204,81 +187,28 @@ def align_model(
 
 def _plan(
     src: str, files: SourceFiles, size_threshold: int | None, inline_below: int | None = None
-) -> _Plan:
-    """Scan ``src`` and check every reference, under a shared lock on its folder.
+) -> tuple[onnx.ModelProto, Plan, int | None]:
+    """Scan ``src`` and plan every tensor (:func:`~._plan.plan_tensors`), under a
+    shared lock on its folder.
 
     Returns:
-        A :class:`_Plan`: the tensors for the weights files, the bytes
-        written into the ``.onnx`` (inline tensors that stay inline, external
-        ones under ``inline_below``), the threshold applied.
+        ``(the model's metadata, the plan, the threshold applied)``.
     """
     folder = os.path.dirname(src)
     with folder_lock(folder, shared=True):
         model, spans = scan_model(src, files)
-        plan = _Plan(model, threshold=size_threshold)
         sites = list(iter_tensors(model))
         if size_threshold is None and not any(
             is_external(s.tensor) and not spans.holds(read_entries(s)) for s in sites
         ):
-            plan.threshold = SINGLE_FILE_THRESHOLD  # a single file: give it external data
+            size_threshold = SINGLE_FILE_THRESHOLD  # a single file: give it external data
         resolver = Resolver(folder, files, spans, spans.source)
-        seen: set[SourceFile] = set()
-        for site in sites:
-            _place_one(plan, site, resolver, spans, inline_below, seen)
-    return plan
-
-
-def _place_one(plan: _Plan, site, resolver, spans, inline_below, seen) -> None:
-    """Decide where the bytes of one tensor go (see :func:`_plan`)."""
-    tensor = site.tensor
-    threshold = plan.threshold
-    if is_external(tensor):
-        ref = resolver.resolve(site)
-        from_inline = ref.source is spans.source and (ref.offset, ref.length) in spans.spans
-        if not from_inline and ref.source not in seen:
-            seen.add(ref.source)
-            plan.sources.append(ref.source)
-        if from_inline and not _moves(site, ref.length, threshold, inline_below):
-            plan.inline.append(ref)  # stays as it was, whatever its length
-        elif not from_inline and inline_below is not None and ref.length < inline_below:
-            check_length(site, ref.length, ref.file)
-            plan.inline.append(ref)  # back inline: runtimes refuse some small external inputs
-            plan.inlined += 1
-        else:
-            if from_inline:
-                check_length(site, ref.length, ref.file)
-            plan.items.append(Item(site, ref.length, ref, ref.entries))
-        return
-    if tensor.HasField("raw_data"):
-        size = tensor_nbytes(tensor)
-        size = len(tensor.raw_data) if size is None else size
-        if _moves(site, size, threshold, inline_below):
-            plan.items.append(Item(site, size))
-        else:
-            plan.kept_inline += 1
-        return
-    size = tensor_nbytes(tensor)
-    if not size:
-        return  # a string, or nothing to write
-    if _moves(site, size, threshold, inline_below, typed=True):
-        data = typed_bytes(site)
-        if data is not None:
-            plan.items.append(Item(site, len(data), data=data))
-            plan.typed += 1
-            return
-    plan.kept_inline += 1
-
-
-def _moves(
-    site, size: int, threshold: int | None, inline_below: int | None, typed: bool = False
-) -> bool:
-    """Whether an inline tensor moves to the weights file (sparse tensors stay inline,
-    as onnx keeps them: its checker cannot read external sparse tensors; a tensor
-    under ``inline_below`` bytes stays inline, whatever the threshold)."""
-    if threshold is None or size < threshold or site.in_sparse:
-        return False
-    if inline_below is not None and size < inline_below:
-        return False
-    if not typed:
-        check_movable(site)
-    return True
+        plan = plan_tensors(
+            sites,
+            resolver.resolve,
+            external=MOVE,
+            threshold=size_threshold,
+            inline_below=inline_below,
+            spans=spans,
+        )
+    return model, plan, size_threshold

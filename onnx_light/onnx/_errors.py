@@ -34,11 +34,23 @@ class Lazy:
         return self.fn(*self.args)
 
 
+OUTSIDE = "outside"  # a reference resolves outside the folders a model may read
+
+
 class ExternalDataError(ValueError):
     """A tensor's ``external_data`` is malformed, unsafe or out of range.
 
     The message always names the tensor and the file concerned.
+
+    Attributes:
+        reason: what kind of problem, for code that decides on it rather than
+            on the wording: ``"outside"`` (the reference resolves outside the
+            model's folder), or None.
     """
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class TruncatedFileError(OSError, EOFError):

@@ -12,7 +12,7 @@ from ._errors import ExternalDataError, shown
 from ._external import TensorRef, set_inline
 from ._files import read_refs, read_whole
 from ._options import SerializeOptions, check_num_threads, check_options, check_progress
-from ._plan import SavePlan
+from ._save import SavePlan
 from ._scan import PROTOBUF_LIMIT, external_refs, own_location, parse_model, scan_model
 from ._sources import SourceFiles
 from ._targets import destination_path
@@ -136,9 +136,9 @@ def save(
     path = destination_path(path)
     with SourceFiles() as files:
         plan = SavePlan(model, path, location, options, files)
-        if location is None and plan.inline_bytes > PROTOBUF_LIMIT:
+        if location is None and plan.plan.inline_bytes > PROTOBUF_LIMIT:
             raise ValueError(
-                f"model for {path!r} holds {plan.inline_bytes} bytes of tensor data, over "
+                f"model for {path!r} holds {plan.plan.inline_bytes} bytes of tensor data, over "
                 "protobuf's 2 GiB limit: pass location= to store the weights in a second file"
             )
         plan.write(progress=progress)

@@ -1,253 +1,181 @@
-"""SavePlan: decide where each tensor of a model goes when it is saved.
+"""The planner: where the bytes of each tensor of a model go.
 
-Shared by :func:`~onnx_light.onnx.save` and
-:func:`~onnx_light.onnx.save_model_with_shared_external_data`. Every check
-(safe references, destination rules) runs before anything is written.
+One function, :func:`plan_tensors`, decides it for every writer (``save``,
+the shared save, ``align``): it resolves each external reference (checking
+it and opening its file), takes the length of inline bytes (``raw_data``, or
+a typed field written as raw bytes), applies the size threshold and
+``inline_below``, keeps sparse tensors inline, refuses tensors that cannot
+move, and says what becomes of each tensor:
+
+- an :class:`Item` for the weights files (bytes in a file, in ``raw_data``,
+  or converted from a typed field);
+- a reference whose bytes are spliced into the new ``.onnx`` (an inline
+  tensor that stays inline, read from the source ``.onnx``; an external one
+  brought back inline);
+- a reference kept as it is (``save`` with ``use_external_data_location``);
+- nothing, for an inline tensor that stays where it is in the model.
+
+Nothing is written here; the layout planner (``_layout.py``) then places
+the items.
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
-import onnx
+from ._external import InlineSpans, TensorRef, check_length, check_movable
+from ._sources import SourceFile
+from ._tensors import TensorSite, is_external, tensor_nbytes, typed_bytes
 
-from ._atomic import AtomicFiles
-from ._errors import ExternalDataError
-from ._external import Resolver, TensorRef, check_movable, place
-from ._options import SerializeOptions, check_alignment, check_num_threads
-from ._scan import model_files, ref_key
-from ._serialize import Spliced, serialize_pieces, strip_raw_data
-from ._shards import WeightsFiles
-from ._sources import SourceFiles
-from ._targets import check_targets, target_identities, weights_destination
-from ._tensors import is_external, iter_tensors, tensor_nbytes, typed_bytes
-from ._writer import Item, write_pieces
+MOVE, KEEP, INLINE = "move", "keep", "inline"
 
 
-class SavePlan:
-    """Where every tensor of ``model`` goes when saved to ``path``.
+@dataclass(slots=True)
+class Item:
+    """A tensor to place in the weights file.
 
-    Args:
-        model: the model (not modified).
-        path: absolute path of the destination ``.onnx``.
-        location: the weights file, or None for a single file.
-        options: the :class:`SerializeOptions`.
-        files: the call's source files (every reference is opened there).
-
-    Raises:
-        TypeError: ``model`` is not a ModelProto.
-        ValueError: bad options or weights location.
-        FileNotFoundError: a kept reference's file is missing.
-        ExternalDataError: a reference is unsafe, out of range, or its file
-            would be overwritten by this save.
+    Attributes:
+        site: the tensor and its path.
+        size: its byte size.
+        ref: where its bytes are when they are in a file; None when they are
+            the tensor's ``raw_data``.
+        entries: its former ``external_data`` (extra keys are carried over).
+        data: its bytes when they are neither in a file nor its ``raw_data``
+            (a tensor held in ``float_data``... written as raw bytes).
     """
 
-    overwrite_hint = (
-        "save elsewhere, or re-align in place with align_external_data_streaming(src, src, ...)"
-    )
+    site: TensorSite
+    size: int
+    ref: TensorRef | None = None
+    entries: dict[str, str] = field(default_factory=dict)
+    data: bytes | None = None
 
-    def __init__(
-        self,
-        model: onnx.ModelProto,
-        path: str,
-        location: str | os.PathLike | None,
-        options: SerializeOptions,
-        files: SourceFiles,
-    ) -> None:
-        if not isinstance(model, onnx.ModelProto):
-            raise TypeError(f"model must be an onnx.ModelProto, got {type(model).__name__}")
-        self.model = model
-        self.path = path
-        self.files = files
-        self.location = location
-        self.options = options
-        self._own: tuple[set, set] | None = None  # the replaced model's files and ranges
-        self.alignment = check_alignment(options.alignment)
-        self.threads = check_num_threads(options.num_threads)
-        if location is not None:
-            weights_destination(path, location)  # a bad name fails before anything else
-        folder = os.path.dirname(path)
-        keep = Resolver(folder, files)
-        base = _base_resolver(options.base_dir, folder, files)
-        self.items: list[Item] = []
-        self.inline_refs = []  # external tensors to inline in a single-file save
-        self.inline_bytes = 0
-        kept: list[TensorRef] = []  # references written as they are
-        for site in iter_tensors(model):
-            tensor = site.tensor
-            if is_external(tensor):
-                if options.use_external_data_location:
-                    kept.append(_keep(keep, site))
-                else:
-                    self._copy(base.resolve(site))
-                continue
-            size = tensor_nbytes(tensor)
-            if tensor.HasField("raw_data"):
-                size = len(tensor.raw_data) if size is None else size
-                if self._moves(site, size):
+    @property
+    def key(self):
+        """The sharing key of the layout planner: the source span, if any."""
+        return self.ref.span if self.ref is not None else None
+
+
+@dataclass
+class Plan:
+    """What :func:`plan_tensors` decided.
+
+    Attributes:
+        items: the tensors for the weights files, in the walker's order.
+        inline: references whose bytes are spliced into the new ``.onnx``.
+        kept: references written as they are.
+        typed: items converted from a typed field.
+        inlined: external tensors brought back inline (``inline_below``).
+        kept_inline: inline tensors left as they are in the model.
+        inline_bytes: bytes of tensor data in the new ``.onnx``.
+        sources: the data files read (the source ``.onnx`` left out).
+    """
+
+    items: list[Item] = field(default_factory=list)
+    inline: list[TensorRef] = field(default_factory=list)
+    kept: list[TensorRef] = field(default_factory=list)
+    typed: int = 0
+    inlined: int = 0
+    kept_inline: int = 0
+    inline_bytes: int = 0
+    sources: list[SourceFile] = field(default_factory=list)
+
+    def copy(self, ref: TensorRef, into_weights: bool) -> None:
+        """Copy the bytes of an external tensor: into the weights files, or inline."""
+        if into_weights:
+            self.items.append(Item(ref.site, ref.length, ref, ref.entries))
+        else:
+            self.inline.append(ref)
+            self.inline_bytes += ref.length
+
+
+def plan_tensors(
+    sites: Iterable[TensorSite],
+    resolve: Callable[[TensorSite], TensorRef],
+    *,
+    external: str,
+    threshold: int | None,
+    inline_below: int | None = None,
+    spans: InlineSpans | None = None,
+) -> Plan:
+    """Decide where the bytes of every tensor go.
+
+    Args:
+        sites: the tensors, in the walker's order.
+        resolve: checks an external reference and opens its file.
+        external: what becomes of external tensors: ``"move"`` (into the
+            weights files), ``"keep"`` (the reference as it is) or
+            ``"inline"`` (their bytes copied into the ``.onnx``).
+        threshold: inline tensors of at least this many bytes move to the
+            weights files; None: they all stay inline.
+        inline_below: tensors of fewer bytes never go to the weights files,
+            and external ones come back inline.
+        spans: the inline bytes of the source ``.onnx`` scanned without its
+            weights: references into them are inline tensors.
+
+    Returns:
+        A :class:`Plan`.
+
+    Raises:
+        FileNotFoundError: a referenced file is missing.
+        ExternalDataError: a reference is unsafe or out of range, a length
+            does not match dtype x dims, or a tensor cannot move.
+    """
+    plan = Plan()
+    seen: set[SourceFile] = set()
+
+    def moves(site: TensorSite, size: int) -> bool:
+        if threshold is None or size < threshold or site.in_sparse:
+            return False  # sparse tensors stay inline, as onnx keeps them
+        return inline_below is None or size >= inline_below
+
+    for site in sites:
+        tensor = site.tensor
+        if is_external(tensor):
+            ref = resolve(site)
+            if spans is not None and ref.source is spans.source and _in(spans, ref):
+                if moves(site, ref.length):  # an inline tensor of the source .onnx
                     check_movable(site)
-                    self.items.append(Item(site, size))
-                    continue
-            elif size is not None and self._moves(site, size):
+                    check_length(site, ref.length, ref.file)
+                    plan.copy(ref, into_weights=True)
+                else:
+                    plan.copy(ref, into_weights=False)
+                continue
+            if ref.source not in seen:
+                seen.add(ref.source)
+                plan.sources.append(ref.source)
+            if inline_below is not None and ref.length < inline_below:
+                check_length(site, ref.length, ref.file)
+                plan.copy(ref, into_weights=False)
+                plan.inlined += 1
+            elif external == KEEP:
+                plan.kept.append(ref)
+            else:
+                plan.copy(ref, into_weights=external == MOVE)
+            continue
+        if tensor.HasField("raw_data"):
+            size = tensor_nbytes(tensor)
+            size = len(tensor.raw_data) if size is None else size
+            if moves(site, size):
+                check_movable(site)
+                plan.items.append(Item(site, size))
+                continue
+        else:
+            size = tensor_nbytes(tensor)
+            if not size:
+                continue  # a string, or no data
+            if moves(site, size):
                 data = typed_bytes(site)  # float_data...: written as raw bytes
                 if data is not None:
-                    self.items.append(Item(site, size, data=data))
+                    plan.items.append(Item(site, len(data), data=data))
+                    plan.typed += 1
                     continue
-            self.inline_bytes += size or 0
-        self._plan_targets(kept)
-
-    def _moves(self, site, size: int | None) -> bool:
-        """Whether an inline tensor goes to the weights file."""
-        return (
-            self.location is not None
-            and size is not None
-            and size >= self.options.size_threshold
-            and not site.in_sparse
-        )
-
-    def _copy(self, ref: TensorRef) -> None:
-        """Copy the bytes of an external tensor: into the weights file, or inline."""
-        if self.location is None:
-            self.inline_refs.append(ref)
-            self.inline_bytes += ref.length
-        else:
-            self.items.append(Item(ref.site, ref.length, ref, ref.entries))
-
-    def _plan_targets(self, kept: list[TensorRef]) -> None:
-        """Lay out the weights files and check the destinations.
-
-        Saving over the files the model was loaded from (``load`` with
-        ``load_external_data=False``, edit, ``save`` to the same path) is an
-        in-place save: the destinations may replace the files the replaced
-        ``.onnx`` itself references, and the references kept into a file
-        that is replaced have their bytes copied instead (read from the
-        descriptors opened now, before the commit).
-        """
-        replaced: set[tuple[int, int]] = set()
-        while True:
-            self.weights = None
-            targets = [self.path]
-            if self.location is not None:
-                self.weights = WeightsFiles(
-                    self.items,
-                    self.alignment,
-                    self.path,
-                    self.location,
-                    self.options.max_shard_size,
-                    self.options.shard_naming,
-                )
-                targets += self.weights.paths
-            for target in targets:
-                replaced |= target_identities(target)
-            moved = [ref for ref in kept if ref.source.identity in replaced]
-            if not moved:
-                break
-            self._check_own(moved)
-            kept = [ref for ref in kept if ref.source.identity not in replaced]
-            for ref in moved:
-                self._copy(ref)
-        self.targets = [*(self.weights.outputs if self.weights else []), self.path]
-        check_targets(
-            targets,
-            self.files,
-            model=self.path,
-            replaceable=self._own_files,
-            hint=self.overwrite_hint,
-        )
-
-    def _own_files(self) -> set[tuple[int, int]]:
-        """The files the destination ``.onnx`` (which this save replaces) and its
-        references are: those an in-place save may replace."""
-        if self._own is None:
-            self._own = model_files(self.path, self.files)
-        return self._own[0]
-
-    def _check_own(self, refs: list[TensorRef]) -> None:
-        """References into the files of the model replaced must be ranges it has:
-        a model loaded elsewhere would otherwise read the bytes being replaced.
-
-        Raises:
-            ExternalDataError: naming the tensor, the file and the range.
-        """
-        own = self._own_files()
-        for ref in refs:
-            if ref.source.identity in own and ref_key(ref) not in self._own[1]:
-                raise ExternalDataError(
-                    f"tensor {ref.site.label}: its bytes [{ref.offset}, {ref.offset + ref.length})"
-                    f" of {ref.file!r} are not a tensor of {self.path!r}, which this save "
-                    "replaces: was the model loaded from another file? Save it elsewhere"
-                )
-
-    def substitutions(self) -> dict:
-        """The tensors to serialize in place of the model's own, by path."""
-        subs = {}
-        placement = self.weights.placement if self.weights is not None else []
-        for item, (location, offset) in zip(self.items, placement, strict=True):
-            sub = strip_raw_data(item.site.tensor)
-            place(sub, location, offset, item.size, item.entries)
-            subs[item.site.path] = sub
-        for ref in self.inline_refs:  # copied file to file into the .onnx, never read
-            subs[ref.site.path] = Spliced(strip_raw_data(ref.site.tensor), ref)
-        return subs
-
-    def write(self, *, mutate: bool = False, progress=None) -> int:
-        """Write the weights file (when any tensor goes there) and the ``.onnx``, atomically.
-
-        Args:
-            mutate: also turn the caller's saved tensors into references to
-                the new weights file, once everything is written.
-            progress: ``progress(done_bytes, total_bytes)`` while the weights
-                are written (called once with ``(0, 0)`` when there are none).
-
-        Returns:
-            The size of the weights file (0 when none was written).
-        """
-        size = 0
-        with AtomicFiles() as files:
-            files.reserve(self.targets)
-            if self.weights is not None:
-                size = self.weights.write(files, self.files, self.threads, progress=progress)
-            elif progress is not None:
-                progress(0, 0)
-            try:
-                pieces = serialize_pieces(self.model, self.substitutions())
-            except ValueError as e:  # e.g. a message protobuf cannot encode
-                raise ValueError(f"cannot serialize the model for {self.path!r}: {e}") from None
-            write_pieces(files.create(self.path), pieces, self.files)
-            files.commit()
-        if mutate and self.weights is not None:
-            for item, (location, offset) in zip(self.items, self.weights.placement, strict=True):
-                place(item.site.tensor, location, offset, item.size, item.entries)
-        return size
+        plan.kept_inline += 1
+        plan.inline_bytes += size
+    return plan
 
 
-_KEEP_HINT = (
-    "; save keeps external references as they are (options.use_external_data_location "
-    "is True), so they must resolve from the destination folder: save next to the files "
-    "they name, or set options.use_external_data_location = False and options.base_dir "
-    "to the folder (or the .onnx) the model was loaded from, to copy their bytes (a model "
-    "loaded with skip_raw_data then becomes one self-contained file)"
-)
-
-
-def _keep(resolver: Resolver, site) -> TensorRef:
-    """Check a reference the save keeps; a failure says how to copy the bytes instead."""
-    try:
-        return resolver.resolve(site)
-    except FileNotFoundError as e:
-        raise FileNotFoundError(f"{e}{_KEEP_HINT}") from None
-    except ExternalDataError as e:
-        if "outside" not in str(e) and "does not exist" not in str(e):
-            raise
-        raise ExternalDataError(f"{e}{_KEEP_HINT}") from None
-
-
-def _base_resolver(base_dir, folder: str, files: SourceFiles) -> Resolver:
-    """Where copied references are read from: ``base_dir`` (a folder, or the model file
-    it was loaded from), else the destination folder."""
-    if base_dir is None:
-        return Resolver(folder, files)
-    base = os.path.abspath(os.fsdecode(base_dir))
-    if os.path.isfile(base):  # the .onnx itself: its real folder is allowed too, as in load
-        return Resolver(os.path.dirname(base), files, None, files.model(base))
-    return Resolver(base, files)
+def _in(spans: InlineSpans, ref: TensorRef) -> bool:
+    """True when ``ref`` reads one of the source ``.onnx``'s inline spans."""
+    return (ref.offset, ref.length) in spans.spans

@@ -17,16 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ._copy import CopyEngine, pwrite_all
 from ._errors import Lazy, TruncatedFileError
 from ._files import read_upto
 from ._fs import CopyPolicy
+from ._plan import Item
 from ._sources import SourceFile
-
-if TYPE_CHECKING:
-    from ._writer import Item
 
 SMALL_RUN = 64 * 1024  # runs shorter than this may be batched
 BATCH_BYTES = 4 * 1024 * 1024  # the most a batch reads, and the most it writes

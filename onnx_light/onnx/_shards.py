@@ -22,9 +22,10 @@ from ._layout import (
     plan_shards,
     shard_name,
 )
+from ._plan import Item
 from ._sources import SourceFiles
 from ._targets import weights_destination
-from ._writer import Item, write_weights
+from ._writer import write_weights
 
 
 class WeightsFiles:

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ._errors import ExternalDataError
+from ._errors import OUTSIDE, ExternalDataError
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
 
@@ -212,7 +212,8 @@ class SourceFiles:
                 where += f" and the folder of the model file's real path {roots[1]!r}"
             raise ExternalDataError(
                 f"tensor {label}: location {location!r} resolves to {real!r}, "
-                f"outside {where} (symlink?)"
+                f"outside {where} (symlink?)",
+                reason=OUTSIDE,
             )
         try:
             st = os.stat(path)  # before opening: a FIFO or a device is never opened

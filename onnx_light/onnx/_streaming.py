@@ -9,7 +9,7 @@ import onnx
 
 from ._align import AlignResult, align_model
 from ._options import SerializeOptions, check_options, check_progress
-from ._plan import SavePlan
+from ._save import SavePlan
 from ._sources import SourceFiles
 from ._targets import destination_path
 

@@ -14,16 +14,14 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from ._copy import CopyEngine, pwrite_all
-from ._external import TensorRef
 from ._files import preallocate
 from ._fs import CopyPolicy, copy_policy
 from ._layout import Layout
+from ._plan import Item
 from ._runs import BATCH_BYTES, Run, Scratch, copy_batch, copy_run, groups, runs
 from ._sources import SourceFiles
-from ._tensors import TensorSite
 
 IN_FLIGHT_BYTES = 64 * 1024 * 1024
 PREALLOCATE_BYTES = 1024 * 1024
@@ -31,32 +29,6 @@ PREALLOCATE_BYTES = 1024 * 1024
 # a 4 GiB one runs either faster or 3x slower (make bench, the align4 rows), and
 # 1.1x steadily without it.
 PREALLOCATE_MAX = 2 * 1024**3
-
-
-@dataclass(slots=True)
-class Item:
-    """A tensor to place in the weights file.
-
-    Attributes:
-        site: the tensor and its path.
-        size: its byte size.
-        ref: where its bytes are when they are in a file; None when they are
-            the tensor's ``raw_data``.
-        entries: its former ``external_data`` (extra keys are carried over).
-        data: its bytes when they are neither in a file nor its ``raw_data``
-            (a tensor held in ``float_data``... written as raw bytes).
-    """
-
-    site: TensorSite
-    size: int
-    ref: TensorRef | None = None
-    entries: dict[str, str] = field(default_factory=dict)
-    data: bytes | None = None
-
-    @property
-    def key(self):
-        """The sharing key of the layout planner: the source span, if any."""
-        return self.ref.span if self.ref is not None else None
 
 
 def _write_raw(fd: int, item: Item, offset: int) -> int:
