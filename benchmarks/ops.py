@@ -251,7 +251,7 @@ def shared_save(p: Paths, out: str) -> Case:
                 os.remove(f)
 
     return Case(
-        lambda: onnxl.save_model_with_shared_external_data(model, dst, _options()),
+        lambda: onnxl.save_model_with_shared_external_data(model, dst, options=_options()),
         outputs,
         cleanup,
     )

@@ -22,6 +22,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from onnx_light.bench import evict
+
 MiB = 1024 * 1024
 
 # name -> (n_weights, dim) of onnx_light.bench.make_gemm_model
@@ -214,17 +216,9 @@ def cool(root: str, keep: str) -> None:
     The cache then holds what the next measurement reads, and the rest of the
     memory is free (see ``run.prime``), without root (``posix_fadvise``).
     """
-    if not hasattr(os, "posix_fadvise"):
-        return
     for size in SIZES:
-        if size == keep:
-            continue
-        for path in Paths(root, size).files(KINDS):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+        if size != keep:
+            evict(Paths(root, size).files(KINDS))
 
 
 def warm(files: list[str], chunk: int = 8 * MiB) -> int:

@@ -58,12 +58,6 @@ from onnx_light.bench import (
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 DIM = 128 if SMALL else 1024
 COUNTS = [2, 8] if SMALL else [4, 16, 64]
-REPEAT = 1 if SMALL else 3  # timed calls per measure (best_time keeps the best)
-
-
-def timed(fn, setup=None) -> float:
-    """:func:`onnx_light.bench.best_time` with this script's number of runs."""
-    return best_time(fn, setup, repeat=REPEAT)
 
 
 MiB = 2**20
@@ -152,14 +146,14 @@ for n in COUNTS:
         )
 
     # 1. load
-    add("load", "onnx", timed(lambda src=src: onnx.load(src)))
-    add("load", "onnx-light", timed(lambda src=src: onnxl.load(src)))
-    add("load", "onnx-ir + read every tensor", timed(lambda src=src: read_all_ir(src)))
-    add("load", "onnx-ir (lazy)", timed(lambda src=src: ir.load(src)))
+    add("load", "onnx", best_time(lambda src=src: onnx.load(src)))
+    add("load", "onnx-light", best_time(lambda src=src: onnxl.load(src)))
+    add("load", "onnx-ir + read every tensor", best_time(lambda src=src: read_all_ir(src)))
+    add("load", "onnx-ir (lazy)", best_time(lambda src=src: ir.load(src)))
     add(
         "load",
         "onnx-light (load_external_data=False)",
-        timed(lambda src=src: onnxl.load(src, load_external_data=False)),
+        best_time(lambda src=src: onnxl.load(src, load_external_data=False)),
     )
 
     # 2. save from memory; onnx.save needs a copy (made outside the timing)
@@ -174,11 +168,11 @@ for n in COUNTS:
         onnx.save(model, f"{out}/m.onnx", save_as_external_data=True, location="m.onnx.data")
 
     ir_model = ir.serde.deserialize_model(proto)  # wraps the protos, copies nothing
-    add("save", "onnx", timed(onnx_save, prepare))
+    add("save", "onnx", best_time(onnx_save, prepare))
     add(
         "save",
         "onnx-light",
-        timed(
+        best_time(
             lambda out=out, proto=proto: onnxl.save(proto, f"{out}/m.onnx", location="m.onnx.data"),
             emptied(out),
         ),
@@ -186,7 +180,7 @@ for n in COUNTS:
     add(
         "save",
         "onnx-ir",
-        timed(
+        best_time(
             lambda out=out, m=ir_model: ir.save(m, f"{out}/m.onnx", external_data="m.onnx.data"),
             emptied(out),
         ),
@@ -197,7 +191,7 @@ for n in COUNTS:
         add(
             "re-align to 4096",
             library,
-            timed(lambda fn=fn, s=src, o=out: fn(s, o), emptied(out)),
+            best_time(lambda fn=fn, s=src, o=out: fn(s, o), emptied(out)),
         )
         saved = onnx.load(f"{out}/m.onnx")
         assert [t.raw_data for t in saved.graph.initializer] == [

@@ -38,6 +38,7 @@ import onnx_light.onnx as onnxl
 from onnx_light.bench import (
     best_time,
     describe_machine,
+    evict,
     make_gemm_model,
     summary_bars,
     weights_nbytes,
@@ -45,12 +46,6 @@ from onnx_light.bench import (
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (4, 128) if SMALL else (32, 1024)
-REPEAT = 1 if SMALL else 3  # timed calls per measure (best_time keeps the best)
-
-
-def timed(fn, setup=None) -> float:
-    """:func:`onnx_light.bench.best_time` with this script's number of runs."""
-    return best_time(fn, setup, repeat=REPEAT)
 
 
 THREADS = [1, 2, 4]
@@ -115,22 +110,16 @@ for path in sources.values():
 # affected.
 
 
-def evict(folder: str) -> None:
-    """Drop the files of ``folder`` from the page cache."""
-    for f in os.listdir(folder):
-        fd = os.open(os.path.join(folder, f), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+def evict_folder(folder: str) -> None:
+    """Drop the files of ``folder`` from the page cache (:func:`onnx_light.bench.evict`)."""
+    evict(os.path.join(folder, f) for f in os.listdir(folder))
 
 
 caches = ["warm", "cold"] if hasattr(os, "posix_fadvise") else ["warm"]
 rows = []
 for cache in caches:
     for name, path in sources.items():
-        setup = (lambda f=folders[name]: evict(f)) if cache == "cold" else None
+        setup = (lambda f=folders[name]: evict_folder(f)) if cache == "cold" else None
         operation = f"load ({cache})"
         rows.append(
             {
@@ -138,7 +127,7 @@ for cache in caches:
                 "layout": name,
                 "library": "onnx",
                 "threads": 0,
-                "seconds": timed(lambda p=path: onnx.load(p), setup),
+                "seconds": best_time(lambda p=path: onnx.load(p), setup),
             }
         )
         for k in THREADS:
@@ -148,7 +137,7 @@ for cache in caches:
                     "layout": name,
                     "library": "onnx-light",
                     "threads": k,
-                    "seconds": timed(lambda p=path, k=k: onnxl.load(p, num_threads=k), setup),
+                    "seconds": best_time(lambda p=path, k=k: onnxl.load(p, num_threads=k), setup),
                 }
             )
 
@@ -219,7 +208,7 @@ for name in sources:
             "layout": name,
             "library": "onnx",
             "threads": 0,
-            "seconds": timed(lambda n=name: onnx_save(n), prepare_onnx_save),
+            "seconds": best_time(lambda n=name: onnx_save(n), prepare_onnx_save),
         }
     )
     for k in THREADS:
@@ -229,7 +218,7 @@ for name in sources:
                 "layout": name,
                 "library": "onnx-light",
                 "threads": k,
-                "seconds": timed(lambda n=name, k=k: onnxl_save(n, k), empty_destination),
+                "seconds": best_time(lambda n=name, k=k: onnxl_save(n, k), empty_destination),
             }
         )
 

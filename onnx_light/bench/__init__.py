@@ -9,6 +9,7 @@
   tiny tensors;
 - ``onnx_light.bench.filesystems``: XFS and btrfs images, loop-mounted;
 - ``onnx_light.bench.timing``: the best wall time of several runs;
+- ``onnx_light.bench.cache``: files dropped from the page cache;
 - ``onnx_light.bench.figures``: one-picture summaries for the gallery;
 - ``onnx_light.bench.machine``: which machine a measurement was made on.
 
@@ -16,6 +17,7 @@ Only ``onnx_light.bench.models`` needs nothing beyond the core
 dependencies; all work on Linux (``/proc``) and degrade elsewhere.
 """
 
+from .cache import evict
 from .figures import summary_bars
 from .machine import describe_machine
 from .memory import PeakMemory, measure_peak
@@ -35,6 +37,7 @@ __all__ = [
     "RssTimeline",
     "best_time",
     "describe_machine",
+    "evict",
     "make_forest_model",
     "make_gemm_model",
     "make_many_tensors_model",
