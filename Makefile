@@ -18,8 +18,9 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(PY) -m ruff check onnx_light tests examples benchmarks _doc/conf.py
+	$(PY) -m ruff check onnx_light tests examples benchmarks lint _doc/conf.py
 	$(PY) -m ruff format --check onnx_light tests examples benchmarks _doc/conf.py
+	$(PY) -m vulture onnx_light benchmarks examples lint/vulture_allowlist.py --min-confidence 60
 
 doc: $(STAMP)
 	$(PY) -m sphinx -W -n --keep-going -b html _doc _doc/_build/html
