@@ -250,6 +250,64 @@ def save_two_file(model, path, location=None, size_threshold=1024, per_tensor=Fa
     )
 
 
+def two_file_pair(tmp_path, n: int = 3, size: int = 5000):
+    """A two-file model m.onnx + m.onnx.data of ``uint8_model(n, size)`` in tmp_path/src.
+
+    Returns:
+        ``(path of m.onnx, tensor_bytes of the model, folder_digest of tmp_path/src)``.
+    """
+    folder = tmp_path / "src"
+    folder.mkdir()
+    model = uint8_model(n, size)
+    save_two_file(model, folder / "m.onnx", size_threshold=0)
+    return folder / "m.onnx", tensor_bytes(model), folder_digest(folder)
+
+
+def external_tensor(name: str, location: str, offset: str, length: int) -> onnx.TensorProto:
+    """A uint8 tensor of ``length`` values stored in ``location`` at ``offset`` (as written)."""
+    t = onnx.TensorProto(name=name, data_type=onnx.TensorProto.UINT8, dims=[length])
+    t.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", offset), ("length", str(length))):
+        entry = t.external_data.add()
+        entry.key, entry.value = key, value
+    return t
+
+
+def model_from_initializer_bytes(folder, tensor_bytes_: bytes, name: str = "m.onnx"):
+    """Write a model whose single initializer is given as serialized bytes; return its path."""
+    from onnx_light.onnx._wire import encode_varint
+
+    graph = helper.make_graph([], "g", [], [])
+    model = helper.make_model(graph)
+    data = model.SerializeToString()
+    init = encode_varint(5 << 3 | 2) + encode_varint(len(tensor_bytes_)) + tensor_bytes_
+    graph_bytes = graph.SerializeToString() + init
+    model_bytes = data.replace(
+        encode_varint(7 << 3 | 2)
+        + encode_varint(len(graph.SerializeToString()))
+        + graph.SerializeToString(),
+        encode_varint(7 << 3 | 2) + encode_varint(len(graph_bytes)) + graph_bytes,
+    )
+    path = folder / name
+    path.write_bytes(model_bytes)
+    return path
+
+
+def run_cli(capsys, *args) -> tuple[int, str, str]:
+    """Run the onnx-light command on ``args``: ``(exit code, stdout, stderr)``."""
+    from onnx_light.cli import main
+
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_clean_failure(code: int, err: str) -> None:
+    """A failed command: exit code 1 or 2, one line on stderr, no traceback."""
+    assert code in (1, 2), code
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
 @pytest.fixture
 def runnable():
     return make_runnable_model()
@@ -258,3 +316,9 @@ def runnable():
 @pytest.fixture
 def every_kind():
     return make_every_kind_model()
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """A two-file model m.onnx + m.onnx.data in tmp_path/src: (path, tensors, digest)."""
+    return two_file_pair(tmp_path)

@@ -1,4 +1,9 @@
-"""The ``onnx-light`` command line: align, info, verify, errors and exit codes."""
+"""The ``onnx-light`` command line: align, info, verify, errors and exit codes.
+
+What align reports (tensors moved, or none to move), verify's problems grouped by
+cause, and one line on stderr, never a traceback, whatever the file holds (negative
+offsets, names that are not UTF-8) or whatever goes wrong.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,13 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
+from conftest import assert_clean_failure as _one_line
+from conftest import external_tensor as _ext_tensor
+from conftest import model_from_initializer_bytes as _raw_model
+from conftest import read_back, save_two_file, tensor_bytes
+from conftest import run_cli as _cli
+from conftest import uint8_model as _model
+from onnx import helper, numpy_helper
 
 import onnx_light
 import onnx_light.onnx as onnxl
@@ -525,3 +536,83 @@ def test_alignment_0_means_dense_everywhere(tmp_path):
     data = {n: (tmp_path / f"{n}.onnx.data").read_bytes() for n in "abcd"}
     assert data["a"] == data["b"] == data["c"] == data["d"]
     assert len(data["a"]) == weights_nbytes(N, DIM)
+
+
+def test_info_with_negative_and_positive_offsets(tmp_path, capsys):
+    (tmp_path / "w.data").write_bytes(bytes(100))
+    model = helper.make_model(
+        helper.make_graph(
+            [],
+            "g",
+            [],
+            [],
+            [_ext_tensor("A", "w.data", "-4", 4), _ext_tensor("B", "w.data", "8", 4)],
+        )
+    )
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    for json_flag in ([], ["--json"]):
+        code, out, err = _cli(capsys, "info", tmp_path / "m.onnx", *json_flag)
+        assert code == 0, err
+        assert "-4" in out
+    code, out, err = _cli(capsys, "verify", tmp_path / "m.onnx")
+    assert code == 1 and "'A'" in out and "< 0" in out
+
+
+def _bad_utf8_name_model(folder):
+    t = numpy_helper.from_array(np.arange(4, dtype=np.uint8), "zz")
+    data = t.SerializeToString().replace(b"zz", b"\xff\xfe")
+    return _raw_model(folder, data)
+
+
+@pytest.mark.parametrize("args", [["info"], ["info", "--json"], ["verify"]])
+def test_cli_on_a_tensor_name_that_is_not_utf8(tmp_path, capsys, args):
+    path = _bad_utf8_name_model(tmp_path)
+    code, out, err = _cli(capsys, *args, path)
+    assert code == 0, err
+    assert "Traceback" not in err
+
+
+def test_cli_never_prints_a_traceback(tmp_path, capsys, monkeypatch):
+    """A bug anywhere (here: a TypeError) is still one line and exit code 1."""
+
+    def broken(*args, **kwargs):
+        raise TypeError("'<' not supported")
+
+    monkeypatch.setattr("onnx_light.cli.model_info", broken)
+    onnx.save(_model(), str(tmp_path / "m.onnx"))
+    code, _, err = _cli(capsys, "info", tmp_path / "m.onnx")
+    _one_line(code, err)
+    assert "TypeError" in err
+
+
+def test_single_file_cli_moves_inline_tensors(tmp_path, capsys):
+    model = _model(3, 5000)
+    onnx.save(model, str(tmp_path / "single.onnx"))
+    assert main(["align", str(tmp_path / "single.onnx"), str(tmp_path / "a.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "3 tensors" in out and "1024 bytes or more" in out and "single-file" in out
+    assert os.path.getsize(tmp_path / "a.onnx.data") > 3 * 5000
+    assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
+
+
+def test_nothing_to_move_writes_no_weights_file(tmp_path, capsys):
+    small = helper.make_model(
+        helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(8, np.float32), "s")])
+    )
+    onnx.save(small, str(tmp_path / "small.onnx"))
+    assert main(["align", str(tmp_path / "small.onnx"), str(tmp_path / "a.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "no tensor" in out and "no weights file" in out
+    assert not (tmp_path / "a.onnx.data").exists()
+    assert read_back(tmp_path / "a.onnx") == tensor_bytes(small)
+
+
+def test_verify_groups_problems_by_cause(tmp_path, capsys):
+    model = _model(20, 2000)
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+    os.remove(tmp_path / "m.onnx.data")
+    assert main(["verify", str(tmp_path / "m.onnx")]) == 1
+    out, err = capsys.readouterr()
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 and "20 tensors ('W0'" in lines[0] and "and 17 more" in lines[0]
+    assert "does not exist" in lines[0]

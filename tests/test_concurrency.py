@@ -1,9 +1,11 @@
-"""Concurrency: many aligns of one source at once; saves racing to one destination.
+"""Concurrency: many aligns of one source at once; saves racing to one destination;
+in-place re-aligns racing with readers.
 
 Aligns of the same source into different destinations, in threads and in
 processes, must all be correct. Saves racing to the same (.onnx, weights)
 destination must leave one complete result, the pair of one writer, never the
-.onnx of one with the weights of another.
+.onnx of one with the weights of another. A run copying a model out while
+others re-align it in place must copy a whole pair, old or new.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 import onnx
 import pytest
 from conftest import external_offsets, make_every_kind_model, read_back, save_two_file, tensor_bytes
+from conftest import two_file_pair as _pair
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
@@ -253,3 +256,37 @@ def test_paused_gc_overlapping_calls_restore_the_collector():
     finally:
         sys.setswitchinterval(interval)
     assert gc.isenabled()
+
+
+_RACE = textwrap.dedent(
+    """
+    import sys
+    import onnx_light.onnx as onnxl
+
+    src, dst, weights, rounds = sys.argv[1:]
+    for i in range(int(rounds)):
+        out, data = dst.replace("#", str(i)), weights.replace("#", str(i))
+        onnxl.align_external_data_streaming(src, out, data, [64, 4096, 1, 65536][i % 4])
+    """
+)
+
+
+def test_concurrent_in_place_aligns_and_readers(tmp_path):
+    """Two processes re-align one model in place while a third copies it out, again and again:
+    every copy holds the model's bytes (before the fix, a copy could pair the old .onnx
+    with the new weights)."""
+    path, tensors, _ = _pair(tmp_path, 1000, 1024)
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def start(dst, weights, rounds):
+        cmd = [sys.executable, "-c", _RACE, str(path), str(dst), weights, str(rounds)]
+        return subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+
+    writers = [start(path, "m.onnx.data", 20) for _ in range(2)]
+    reader = start(out / "a#.onnx", "a#.data", 20)
+    for proc in [reader, *writers]:
+        assert proc.wait(240) == 0, proc.stderr.read()
+    assert read_back(path) == tensors
+    wrong = [i for i in range(20) if read_back(out / f"a{i}.onnx") != tensors]
+    assert not wrong, f"{len(wrong)} of 20 copies hold wrong bytes"

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import pytest
 from conftest import read_back, save_two_file
-from test_real_places import _hf_snapshot
+from test_hf_cache import _hf_snapshot
 
 from onnx_light.bench import make_gemm_model
 

@@ -8,6 +8,9 @@ typed_raw_bytes: for each data type, typed tensors (bit patterns written into
 the typed field, and values through ``helper.make_tensor``) must become the
 bytes the ONNX spec gives for raw_data, decode to bit-identical arrays, and run
 identically in onnxruntime.
+
+Sub-byte types (4 and 2 bits, an odd count of values) keep their bytes through
+align and save.
 """
 
 from __future__ import annotations
@@ -16,11 +19,19 @@ import struct
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from conftest import save_two_file
 from onnx import TensorProto, helper, numpy_helper
 
+import onnx_light.onnx as onnxl
 from onnx_light._inspect import verify_model
 from onnx_light.onnx._tensors import _BITS, _onnx_bits, tensor_nbytes, typed_raw_bytes
+
+
+def _align(src, dst, weights, **kw):
+    return onnxl.align_external_data_streaming(src, dst, weights, **kw)
+
 
 ALL = [(n, c) for n, c in TensorProto.DataType.items() if n not in ("UNDEFINED", "STRING")]
 NAMES = [n for n, _ in ALL]
@@ -333,3 +344,19 @@ def test_float_data_bits_survive_the_wire():
     t = TensorProto(data_type=TensorProto.FLOAT, dims=[1])
     _float_data(t, np.array([0x7F800001], np.uint32))  # a signaling NaN
     assert struct.unpack("<I", typed_raw_bytes(t))[0] == 0x7F800001
+
+
+@pytest.mark.parametrize("dtype", ["INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2"])
+def test_sub_byte_types_keep_their_bytes(tmp_path, dtype):
+    data_type = getattr(onnx.TensorProto, dtype)
+    count = 4097  # odd: the last byte is half (or a quarter) used
+    bits = 2 if dtype.endswith("INT2") else 4
+    raw = np.random.default_rng(1).integers(0, 255, (count * bits + 7) // 8, np.uint8).tobytes()
+    t = onnx.TensorProto(name="q", data_type=data_type, dims=[count], raw_data=raw)
+    model = helper.make_model(helper.make_graph([], "g", [], [], [t]))
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+    _align(tmp_path / "m.onnx", tmp_path / "a.onnx", "a.data", alignment=64)
+    onnxl.save(onnxl.load(tmp_path / "a.onnx"), tmp_path / "b.onnx", "b.data")
+    for name in ("m.onnx", "a.onnx", "b.onnx"):
+        assert onnx.load(str(tmp_path / name)).graph.initializer[0].raw_data == raw
+        assert onnxl.load(tmp_path / name).graph.initializer[0].raw_data == raw

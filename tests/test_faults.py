@@ -4,7 +4,8 @@ a process killed mid-copy, a source file truncated or replaced while being read.
 Each must end in a clean ``OSError`` (or a library error): nothing appears under
 the destination names, files already there are unchanged, and the sources stay
 byte-identical (by sha256). A killed process may leave temporary files, always
-named ``.<final name>.<8 hex digits>.onnx-light-tmp``.
+named ``.<final name>.<8 hex digits>.onnx-light-tmp``. A failed preallocation is
+an error, never ignored; a full disk's error names the destination.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import threading
 
 import onnx
 import pytest
+from conftest import assert_clean_failure as _one_line
 from conftest import folder_digest, read_back, save_two_file, tensor_bytes, uint8_model
+from conftest import run_cli as _cli
+from conftest import two_file_pair as _pair
 
 import onnx_light.onnx as onnxl
 from onnx_light.cli import main
@@ -30,6 +34,10 @@ from onnx_light.onnx._errors import TruncatedFileError
 
 TMP_NAME = re.compile(r"^\.(?P<final>.+)\.[0-9a-f]{8}" + re.escape(_atomic.TMP_SUFFIX) + "$")
 MB = 1024 * 1024
+
+
+def _align(src, dst, weights, **kw):
+    return onnxl.align_external_data_streaming(src, dst, weights, **kw)
 
 
 def _model(n: int = 4, size: int = MB // 2, seed: int = 0) -> onnx.ModelProto:
@@ -458,3 +466,51 @@ def test_model_file_truncated_while_scanning(tmp_path, monkeypatch):
     _truncate_on_first_pread(monkeypatch, path, 100)
     with pytest.raises((TruncatedFileError, ValueError), match="one.onnx"):
         onnxl.load(path, load_external_data=False, skip_raw_data=True)
+
+
+def test_fallocate_errors_are_not_ignored(pair, tmp_path, monkeypatch):
+    from onnx_light.onnx import _files
+
+    path, _, _ = pair
+
+    def failing(fd, mode, offset, length):
+        import ctypes
+
+        ctypes.set_errno(errno.EIO)
+        return -1
+
+    monkeypatch.setattr(_files, "libc_function", lambda name, *a: failing)
+    monkeypatch.setattr("onnx_light.onnx._writer.PREALLOCATE_BYTES", 1)
+    with pytest.raises(OSError) as info:
+        _align(path, tmp_path / "a.onnx", "a.data")
+    assert info.value.errno == errno.EIO
+    assert not (tmp_path / "a.onnx").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True
+        ).returncode
+    ):
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_full_disk_names_the_destination(tmp_path, small_disk, capsys):
+    path, _, _ = _pair(tmp_path, 4, MB // 2)
+    with pytest.raises(OSError, match="No space left on device while writing.*d.data"):
+        _align(path, small_disk / "d.onnx", "d.data")
+    with pytest.raises(OSError, match="No space left on device while writing.*e.onnx"):
+        onnxl.save(onnxl.load(path), small_disk / "e.onnx")
+    code, _, err = _cli(capsys, "align", path, small_disk / "d.onnx", "--weights", "d.data")
+    _one_line(code, err)
+    assert "d.data" in err and "No space" in err
+    assert os.listdir(small_disk) == []

@@ -1,13 +1,32 @@
-"""Unsafe, malformed and out-of-range references are refused, naming tensor and file."""
+"""Unsafe, malformed and out-of-range references are refused, naming tensor and file.
+
+Offsets and lengths of thousands of digits, digits that are not ASCII, external_data
+that is not UTF-8, a location ending with '/', references that add up past 2**63:
+each refused, naming the tensor. Odd but safe spellings (``./w.data``,
+``sub//w.data``) read as onnx reads them, and a single-file model's references to
+itself hold under whatever name the caller gives it (a symlink, a hard link,
+``a:b.onnx``, ``C:m.onnx``).
+"""
 
 import os
+import subprocess
 
 import numpy as np
 import onnx
 import pytest
+from conftest import assert_clean_failure as _one_line
+from conftest import external_tensor as _ext_tensor
+from conftest import model_from_initializer_bytes as _raw_model
+from conftest import read_back, tensor_bytes
+from conftest import run_cli as _cli
+from conftest import uint8_model as _model
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
+
+
+def _align(src, dst, weights, **kw):
+    return onnxl.align_external_data_streaming(src, dst, weights, **kw)
 
 
 def _model_with_ref(tmp_path, entries, data=b"\0" * 4000, dims=(1000,), dtype=np.float32, **extra):
@@ -147,3 +166,185 @@ def test_unknown_keys_are_kept(tmp_path):
     entries = {e.key: e.value for e in t.external_data}
     assert entries["checksum"] == "abc" and entries["custom"] == "1"
     assert entries["location"] == "a.data"
+
+
+# -- integers, text and odd spellings --------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["key", "value"])
+def test_external_data_not_utf8(tmp_path, capsys, field):
+    (tmp_path / "w.data").write_bytes(bytes(16))
+    t = _ext_tensor("T", "w.data", "0", 16)
+    extra = t.external_data.add()
+    extra.key, extra.value = "kk", "vv"
+    data = t.SerializeToString().replace(b"kk" if field == "key" else b"vv", b"\xff\xfe")
+    path = _raw_model(tmp_path, data)
+    out = tmp_path / "out"
+    out.mkdir()
+    calls = [
+        lambda: onnxl.load(path),
+        lambda: _align(path, out / "a.onnx", "a.data"),
+        lambda: onnxl.save(onnxl.load(path, load_external_data=False), out / "b.onnx"),
+        lambda: onnxl.save_model_with_shared_external_data(
+            onnxl.load(path, load_external_data=False), tmp_path / "c.onnx"
+        ),
+    ]
+    for call in calls:
+        with pytest.raises(onnxl.ExternalDataError, match="'T'.*not valid UTF-8"):
+            call()
+    code, stdout, err = _cli(capsys, "verify", path)
+    assert code == 1 and "'T'" in stdout and "UTF-8" in stdout
+    code, _, err = _cli(capsys, "align", path, out / "d.onnx")
+    _one_line(code, err)
+    assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("key", ["offset", "length"])
+def test_huge_integers_name_the_tensor(tmp_path, capsys, key):
+    (tmp_path / "w.data").write_bytes(bytes(16))
+    t = _ext_tensor("T", "w.data", "0", 16)
+    for entry in t.external_data:
+        if entry.key == key:
+            entry.value = "9" * 5000
+    model = helper.make_model(helper.make_graph([], "g", [], [], [t]))
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    with pytest.raises(onnxl.ExternalDataError, match=f"'T'.*w.data.*{key} has 5000 digits"):
+        onnxl.load(tmp_path / "m.onnx")
+    code, _, err = _cli(capsys, "align", tmp_path / "m.onnx", tmp_path / "a.onnx")
+    _one_line(code, err)
+    code, out, err = _cli(capsys, "info", tmp_path / "m.onnx")
+    assert code == 0, err
+
+
+def test_unicode_digits_in_an_inline_offset(tmp_path, capsys):
+    """ "²" is a digit to str.isdigit(), not an integer: an error naming the tensor."""
+    model = _model(1, 3000)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    meta = onnx.load(str(path))
+    t = _ext_tensor("T", "m.onnx", "²", 16)
+    meta.graph.initializer.append(t)
+    onnx.save(meta, str(path))
+    with pytest.raises(onnxl.ExternalDataError, match="'T'.*not an integer"):
+        _align(path, tmp_path / "a.onnx", "a.data")
+    code, out, err = _cli(capsys, "verify", path)
+    assert code == 1 and "'T'" in out
+    code, out, err = _cli(capsys, "info", path)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("location", ["w.data/", "w.data/.", "sub/w.data/"])
+def test_trailing_slash_is_refused(tmp_path, capsys, location):
+    (tmp_path / "sub").mkdir()
+    for f in ("w.data", "sub/w.data"):
+        (tmp_path / f).write_bytes(bytes(16))
+    model = helper.make_model(
+        helper.make_graph([], "g", [], [], [_ext_tensor("T", location, "0", 16)])
+    )
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    with pytest.raises((onnxl.ExternalDataError, OSError), match="'T'"):
+        onnxl.load(tmp_path / "m.onnx")
+    code, out, _ = _cli(capsys, "verify", tmp_path / "m.onnx")
+    assert code == 1 and "'T'" in out
+
+
+@pytest.mark.parametrize("location", ["./w.data", "sub//w.data", "per%20cent.data", "e\u0301.data"])
+def test_odd_but_safe_locations_read_as_onnx_reads_them(tmp_path, location):
+    (tmp_path / "sub").mkdir()
+    data = np.arange(16, dtype=np.uint8).tobytes()
+    (tmp_path / location).write_bytes(data)
+    model = helper.make_model(
+        helper.make_graph([], "g", [], [], [_ext_tensor("T", location, "0", 16)])
+    )
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    ours = onnxl.load(tmp_path / "m.onnx").graph.initializer[0].raw_data
+    theirs = onnx.load(str(tmp_path / "m.onnx")).graph.initializer[0].raw_data
+    assert ours == theirs == data
+
+
+@pytest.mark.parametrize("how", ["symlink", "hardlink", "colon", "drive-like"])
+@pytest.mark.parametrize("threshold", [None, 1024])
+def test_single_file_model_as_the_caller_names_it(tmp_path, capsys, how, threshold):
+    model = _model(3, 5000)
+    store = tmp_path / "blobs"
+    store.mkdir()
+    snap = tmp_path / "snapshot"
+    snap.mkdir()
+    names = {
+        "symlink": "m.onnx",
+        "hardlink": "m.onnx",
+        "colon": "a:b.onnx",
+        "drive-like": "C:m.onnx",
+    }
+    path = snap / names[how]
+    if how == "symlink":
+        onnx.save(model, str(store / "sha256"))
+        os.symlink(store / "sha256", path)
+    elif how == "hardlink":
+        onnx.save(model, str(store / "sha256"))
+        os.link(store / "sha256", path)
+    else:
+        onnx.save(model, str(path))
+    out = tmp_path / "out"
+    out.mkdir()
+    _align(path, out / "a.onnx", "a.data", size_threshold=threshold)
+    assert read_back(out / "a.onnx") == tensor_bytes(model)
+    code, stdout, err = _cli(capsys, "verify", path)
+    assert code == 0, stdout + err
+    code, stdout, err = _cli(capsys, "info", path)
+    assert code == 0, err
+
+
+# -- references that add up past any file size ---------------------------------------
+
+
+def _external_model(folder, refs: list[tuple[str, int, int]], data_file: str, size: int):
+    """A model whose uint8 tensors point at (location, offset, length) in a sparse file."""
+    with open(folder / data_file, "wb") as f:
+        f.truncate(size)
+    inits = []
+    for i, (location, offset, length) in enumerate(refs):
+        inits.append(_ext_tensor(f"T{i}", location, str(offset), length))
+    model = helper.make_model(helper.make_graph([], "g", [], [], inits))
+    onnx.save(model, str(folder / "m.onnx"))
+    return folder / "m.onnx"
+
+
+@pytest.fixture
+def sparse_folder(tmp_path):
+    """A folder whose filesystem holds a 2**62-byte sparse file (a small tmpfs)."""
+    folder = tmp_path / "tmpfs"
+    folder.mkdir()
+    mounted = os.geteuid() == 0 and (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True
+        ).returncode
+        == 0
+    )
+    try:
+        with open(folder / "probe", "wb") as f:
+            f.truncate(2**62)
+        os.unlink(folder / "probe")
+    except OSError:
+        pytest.skip("no filesystem here holds a 2**62-byte sparse file")
+    try:
+        yield folder
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def test_planned_file_over_int64_is_refused(sparse_folder, tmp_path):
+    size = 2**62
+    refs = [("s.data", k, size - k) for k in range(3)]  # three spans: 3 * 2**62 > 2**63
+    path = _external_model(sparse_folder, refs, "s.data", size)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(ValueError, match="2\\*\\*63"):
+        _align(path, out / "a.onnx", "a.data")
+    with pytest.raises(ValueError, match="2\\*\\*63"):
+        opts = onnxl.SerializeOptions(use_external_data_location=False, base_dir=sparse_folder)
+        onnxl.save(
+            onnxl.load(path, load_external_data=False), out / "a.onnx", "a.data", options=opts
+        )
+    assert os.listdir(out) == []

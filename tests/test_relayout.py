@@ -1,5 +1,6 @@
 """Re-layouts a user notices: weights files left behind by an in-place re-align,
 typed-field tensors moved out, small tensors brought back inline (``inline_below``),
+tensors that stay inline (sparse ones, and what a reader would refuse once moved),
 transformers.js shard names, the default weights path, and errors naming the user's paths."""
 
 from __future__ import annotations
@@ -480,3 +481,71 @@ def test_inline_below_keeps_small_inline_tensors_inline(tmp_path):
     meta = onnx.load(str(tmp_path / "o.onnx"), load_external_data=False)
     kinds = {t.name: t.data_location for t in meta.graph.initializer}
     assert kinds == {"W": TensorProto.EXTERNAL, "axes": TensorProto.DEFAULT}
+
+
+def _sparse_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    values = numpy_helper.from_array(rng.standard_normal(600).astype(np.float32), "sv")
+    indices = numpy_helper.from_array(np.arange(0, 1200, 2, dtype=np.int64), "si")
+    sparse = helper.make_sparse_tensor(values, indices, [1200])
+    dense = numpy_helper.from_array(rng.standard_normal(600).astype(np.float32), "dense")
+    graph = helper.make_graph([], "g", [], [], [dense], sparse_initializer=[sparse])
+    return helper.make_model(graph)
+
+
+@pytest.mark.parametrize("how", ["save", "align"])
+def test_sparse_tensors_stay_inline(tmp_path, how):
+    """onnx never stores sparse tensors externally (its checker cannot read them): neither do we."""
+    model = _sparse_model()
+    onnx.save(model, str(tmp_path / "single.onnx"))
+    if how == "save":
+        onnxl.save(
+            model, tmp_path / "m.onnx", "m.data", options=onnxl.SerializeOptions(size_threshold=0)
+        )
+    else:
+        onnxl.align_external_data_streaming(
+            tmp_path / "single.onnx", tmp_path / "m.onnx", "m.data", size_threshold=0
+        )
+    saved = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    assert saved.graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL
+    sparse = saved.graph.sparse_initializer[0]
+    assert sparse.values.data_location != onnx.TensorProto.EXTERNAL
+    assert sparse.indices.data_location != onnx.TensorProto.EXTERNAL
+    onnx.checker.check_model(str(tmp_path / "m.onnx"))
+    assert tensor_bytes(onnx.load(str(tmp_path / "m.onnx"))) == tensor_bytes(model)
+
+
+@pytest.mark.parametrize("how", ["save", "align"])
+def test_raw_data_with_a_typed_field_is_refused_when_moved(tmp_path, how):
+    t = numpy_helper.from_array(np.arange(600, dtype=np.float32), "both")
+    t.float_data.extend([1.0, 2.0])  # now raw_data and float_data
+    model = helper.make_model(helper.make_graph([], "g", [], [], [t]))
+    onnx.save(model, str(tmp_path / "single.onnx"))
+    with pytest.raises(onnxl.ExternalDataError, match="'both'.*raw_data and float_data"):
+        if how == "save":
+            onnxl.save(model, tmp_path / "m.onnx", "m.data")
+        else:
+            onnxl.align_external_data_streaming(
+                tmp_path / "single.onnx", tmp_path / "m.onnx", "m.data"
+            )
+    assert sorted(os.listdir(tmp_path)) == ["single.onnx"]
+    # kept inline, it is the caller's own business, as in onnx
+    onnxl.save(model, tmp_path / "one.onnx")
+    onnxl.align_external_data_streaming(
+        tmp_path / "single.onnx", tmp_path / "a.onnx", "a.data", size_threshold=2**30
+    )
+
+
+def test_inline_tensor_of_odd_length_stays_inline(tmp_path):
+    """onnx accepts an inline raw_data that does not match dtype x dims: kept inline, it is
+    copied as it is; moved to external data, it is refused (a reader would refuse it)."""
+    t = onnx.TensorProto(name="odd", data_type=onnx.TensorProto.FLOAT, dims=[600])
+    t.raw_data = bytes(2000)  # 2400 expected
+    model = helper.make_model(helper.make_graph([], "g", [], [], [t]))
+    onnx.save(model, str(tmp_path / "single.onnx"))
+    onnxl.align_external_data_streaming(
+        tmp_path / "single.onnx", tmp_path / "a.onnx", "a.data", size_threshold=10**9
+    )
+    assert onnx.load(str(tmp_path / "a.onnx")).graph.initializer[0].raw_data == bytes(2000)
+    with pytest.raises(onnxl.ExternalDataError, match="'odd'.*does not match"):
+        onnxl.align_external_data_streaming(tmp_path / "single.onnx", tmp_path / "b.onnx", "b.data")

@@ -1,4 +1,8 @@
-"""save: one file, two files, alignment, kept or streamed references, atomicity."""
+"""save: one file, two files, alignment, kept or streamed references, atomicity.
+
+Also: a model loaded with skip_raw_data saved elsewhere (the error says how), and
+names that are not valid UTF-8 saved as they are.
+"""
 
 import os
 
@@ -15,6 +19,8 @@ from conftest import (
     save_two_file,
     tensor_bytes,
 )
+from conftest import uint8_model as _model
+from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
 from onnx_light.onnx import _io, _shards
@@ -327,3 +333,34 @@ def test_in_place_save_of_a_model_loaded_elsewhere_is_refused(tmp_path):
     with pytest.raises(onnxl.ExternalDataError, match="not a tensor of"):
         onnxl.save(meta, tmp_path / "b" / "m.onnx", "m.data")
     assert folder_digest(tmp_path / "b") == digest
+
+
+def test_skip_raw_data_model_saved_elsewhere(tmp_path):
+    """The error says what to do; doing it gives one self-contained file."""
+    model = _model(3, 5000)
+    src = tmp_path / "src"
+    src.mkdir()
+    onnx.save(model, str(src / "single.onnx"))
+    meta = onnxl.load(src / "single.onnx", load_external_data=False, skip_raw_data=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(FileNotFoundError, match="use_external_data_location = False.*base_dir"):
+        onnxl.save(meta, out / "model.onnx")
+    assert os.listdir(out) == []
+    for base in (src, src / "single.onnx"):
+        opts = onnxl.SerializeOptions(use_external_data_location=False, base_dir=base)
+        onnxl.save(meta, out / "model.onnx", options=opts)
+        assert os.listdir(out) == ["model.onnx"]
+        assert tensor_bytes(onnx.load(str(out / "model.onnx"))) == tensor_bytes(model)
+
+
+def test_names_not_utf8_are_saved(tmp_path):
+    t = numpy_helper.from_array(np.arange(600, dtype=np.float32), "zz")
+    graph = helper.make_graph([], "gg", [], [], [t])
+    data = helper.make_model(graph).SerializeToString()
+    model = onnx.ModelProto()
+    model.ParseFromString(data.replace(b"zz", b"\xff\xfe").replace(b"gg", b"\xfe\xff"))
+    onnxl.save(model, tmp_path / "o.onnx", "o.data")
+    back = onnxl.load(tmp_path / "o.onnx")
+    assert back.graph.name == b"\xfe\xff" and back.graph.initializer[0].name == b"\xff\xfe"
+    assert back.graph.initializer[0].raw_data == t.raw_data

@@ -18,7 +18,7 @@ from conftest import (
     sha256,
     tensor_bytes,
 )
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
 from onnx_light.onnx import _atomic, _copy, _writer
@@ -373,3 +373,30 @@ def test_truncated_source_in_a_batch_names_the_tensor(tmp_path, monkeypatch):
     with pytest.raises(EOFError, match="'t10'"):
         onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", 64)
     assert not (tmp_path / "d.onnx").exists()
+
+
+_SPLICE_PEAK = """
+import sys
+from onnx_light.bench import PeakMemory
+import onnx_light.onnx as onnxl
+with PeakMemory() as m:
+    onnxl.align_external_data_streaming(sys.argv[1], sys.argv[2], "a.data", size_threshold=2**40)
+print(m.growth, m.exact)
+"""
+
+
+def test_inline_weights_kept_inline_are_spliced_not_read(tmp_path):
+    """64 MiB of inline weights that stay inline: copied file to file, flat memory."""
+    from conftest import peak_growth_in_subprocess
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.integers(0, 255, 16 * 2**20, dtype=np.uint8), f"W{i}")
+        for i in range(4)
+    ]
+    model = helper.make_model(helper.make_graph([], "g", [], [], inits))
+    onnx.save(model, str(tmp_path / "single.onnx"))
+    growth = peak_growth_in_subprocess(_SPLICE_PEAK, tmp_path / "single.onnx", tmp_path / "a.onnx")
+    assert growth < 8 * 2**20, f"{growth / 2**20:.1f} MiB"
+    assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
+    assert not (tmp_path / "a.data").exists()

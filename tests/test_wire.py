@@ -1,11 +1,18 @@
-"""skip_raw_data: the wire scanner against protobuf's own parse."""
+"""skip_raw_data: the wire scanner against protobuf's own parse.
+
+What it keeps (unknown fields, through every writer), and its memory: a small
+multiple of the metadata, however many fields it visits.
+"""
 
 import os
+import textwrap
 
 import numpy as np
 import onnx
 import pytest
 from conftest import make_every_kind_model, peak_growth_in_subprocess, save_two_file, tensor_bytes
+from conftest import uint8_model as _model
+from google.protobuf.unknown_fields import UnknownFieldSet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
@@ -13,6 +20,10 @@ from onnx import helper, numpy_helper
 import onnx_light.onnx as onnxl
 from onnx_light.onnx._tensors import is_external, iter_tensors, path_to_str
 from onnx_light.onnx._wire import WireError, encode_varint, read_varint, scan_buffer
+
+
+def _align(src, dst, weights, **kw):
+    return onnxl.align_external_data_streaming(src, dst, weights, **kw)
 
 
 def _resolve_self_refs(meta: onnx.ModelProto, data: bytes) -> onnx.ModelProto:
@@ -273,3 +284,81 @@ def test_many_tensors_scan_in_linear_work(monkeypatch):
     meta, converted = scan_buffer(data, "self.onnx", 1024)
     assert len(converted) == 3000
     assert len(sizes) <= 3 * 3000 + 10  # a bounded number of searches per tensor
+
+
+def _with_unknown(model: onnx.ModelProto) -> onnx.ModelProto:
+    extra = encode_varint(900 << 3 | 2) + encode_varint(3) + b"new"
+    out = onnx.ModelProto()
+    graph = onnx.GraphProto()
+    tensor = onnx.TensorProto()
+    tensor.ParseFromString(model.graph.initializer[0].SerializeToString() + extra)
+    graph.ParseFromString(model.graph.SerializeToString() + extra)
+    graph.initializer[0].CopyFrom(tensor)
+    out.ParseFromString(model.SerializeToString() + extra)
+    out.graph.CopyFrom(graph)
+    return out
+
+
+def _unknown(msg) -> list:
+    return [(f.field_number, f.data) for f in UnknownFieldSet(msg)]
+
+
+@pytest.mark.parametrize("writer", ["save", "save-single", "shared", "align"])
+def test_unknown_fields_are_kept(tmp_path, writer):
+    model = _with_unknown(_model())
+    new = [(900, b"new")]
+    assert _unknown(model) == _unknown(model.graph) == _unknown(model.graph.initializer[0]) == new
+    dst = tmp_path / "out.onnx"
+    if writer == "save":
+        onnxl.save(model, dst, "out.data")
+    elif writer == "save-single":
+        onnxl.save(model, dst)
+    elif writer == "shared":
+        onnxl.save_model_with_shared_external_data(model, dst)
+    else:
+        onnx.save(model, str(tmp_path / "src.onnx"))
+        _align(tmp_path / "src.onnx", dst, "out.data", size_threshold=0)
+    back = onnx.load(str(dst), load_external_data=False)
+    assert _unknown(back) == _unknown(back.graph) == _unknown(back.graph.initializer[0]) == new
+
+
+MB = 1024 * 1024
+
+
+_SCAN_MEMORY = textwrap.dedent(
+    """
+    import os, sys
+    import onnx
+    from onnx_light.bench import PeakMemory
+    import onnx_light.onnx as onnxl
+    from onnx_light.onnx._wire import scan_file
+
+    path, what = sys.argv[1:]
+    with PeakMemory() as peak:
+        if what == "scan":
+            fd = os.open(path, os.O_RDONLY)
+            scan_file(fd, os.fstat(fd).st_size, "x")
+        elif what == "load":
+            onnxl.load(path, load_external_data=False, skip_raw_data=True)
+        else:
+            onnx.load(path)
+    print(peak.growth, peak.exact)
+    """
+)
+
+
+def test_scanner_memory_is_bounded_by_the_metadata(tmp_path):
+    """2 MB of two-byte fields in one attribute (which the scanner must visit): flat memory."""
+    ints = helper.make_attribute("ids", [1] * MB)  # unpacked: one field per value
+    node = helper.make_node("Custom", [], ["y"], domain="custom")
+    node.attribute.append(ints)
+    model = helper.make_model(helper.make_graph([node], "g", [], []))
+    path = tmp_path / "fields.onnx"
+    onnx.save(model, str(path))
+    size = os.path.getsize(path)
+    scan = peak_growth_in_subprocess(_SCAN_MEMORY, path, "scan")
+    assert scan < 3 * size, f"scan: {scan / MB:.0f} MiB for {size / MB:.0f} MB of metadata"
+    # the whole load parses the same ModelProto as onnx.load, and no more
+    ours = peak_growth_in_subprocess(_SCAN_MEMORY, path, "load")
+    theirs = peak_growth_in_subprocess(_SCAN_MEMORY, path, "onnx")
+    assert ours < theirs + 2 * size, (ours, theirs)

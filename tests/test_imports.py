@@ -1,0 +1,236 @@
+"""The package's imports: no cycle between its modules, and each module imports alone.
+
+The import graph is read from the source with :mod:`ast`: every ``import`` and
+``from ... import`` statement, inside functions too, relative ones resolved;
+``from P import x`` is an edge to ``P.x`` when that is a module, and to ``P``
+when ``x`` is a name ``P`` defines or ``P`` is not a package the importer lies
+in (importing it runs its ``__init__``). Imports under ``if TYPE_CHECKING:`` are
+never run, so they are not edges.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+PACKAGE = "onnx_light"
+
+
+def package_modules(root: str, package: str) -> dict[str, str]:
+    """{dotted module name: file} of every module of the package whose folder is ``root``."""
+    modules = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        parts = [package, *os.path.relpath(folder, root).split(os.sep)]
+        parts = [p for p in parts if p != "."]
+        if "__init__.py" not in files:
+            continue
+        for name in sorted(files):
+            if name.endswith(".py"):
+                stem = name[:-3]
+                dotted = ".".join(parts if stem == "__init__" else [*parts, stem])
+                modules[dotted] = os.path.join(folder, name)
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST):
+    """Every Import / ImportFrom node of ``tree``, but those under ``if TYPE_CHECKING:``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _ancestors(module: str) -> set[str]:
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def import_graph(modules: dict[str, str]) -> dict[str, set[str]]:
+    """{module: modules of the package it imports}, as the module docstring says."""
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        is_package = os.path.basename(path) == "__init__.py"
+        here = module if is_package else module.rpartition(".")[0]
+        inside = _ancestors(module) | ({module} if is_package else set())
+        edges: set[str] = set()
+
+        def add(target: str, inside=inside, edges=edges) -> None:
+            # importing a.b.c runs the __init__ of a and a.b, but those the importer lies in
+            for name in (*sorted(_ancestors(target) - inside), target):
+                if name in modules:
+                    edges.add(name)
+
+        for node in _imports(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    add(alias.name)
+                continue
+            if node.level:
+                base = here.rsplit(".", node.level - 1)[0] if node.level > 1 else here
+                source = f"{base}.{node.module}" if node.module else base
+            else:
+                source = node.module or ""
+            if source not in modules:
+                continue  # another package's module
+            names_only_modules = True
+            for alias in node.names:
+                if f"{source}.{alias.name}" in modules:
+                    add(f"{source}.{alias.name}")
+                else:
+                    names_only_modules = False
+            if not names_only_modules or source not in inside:
+                add(source)
+        edges.discard(module)
+        graph[module] = edges
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle ``[a, b, ..., a]`` per strongly connected component of several modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def strongconnect(start: str) -> None:  # Tarjan's algorithm, iterative
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(component)
+
+    for module in sorted(graph):
+        if module not in index:
+            strongconnect(module)
+    return [_cycle_in(graph, component) for component in components]
+
+
+def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """A shortest cycle through the first module (by name) of ``component``."""
+    start = min(component)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for child in sorted(graph[node] & component):
+                if child == start:
+                    return [*paths[node], start]
+                if child not in paths:
+                    paths[child] = [*paths[node], child]
+                    following.append(child)
+        frontier = following
+    raise AssertionError(f"no cycle through {start}")  # a component always has one
+
+
+def _package_root() -> str:
+    spec = importlib.util.find_spec(PACKAGE)
+    assert spec is not None and spec.submodule_search_locations
+    return spec.submodule_search_locations[0]
+
+
+def test_the_import_graph_has_no_cycle():
+    modules = package_modules(_package_root(), PACKAGE)
+    graph = import_graph(modules)
+    assert graph[f"{PACKAGE}.onnx"], "the facade imports nothing: the graph was not read"
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_graph_sees_function_imports_and_skips_type_checking(tmp_path):
+    """The rule itself, on a small package: which imports make a cycle and which do not."""
+    files = {
+        "__init__.py": "from .a import f\n",
+        "a.py": "from . import b\n\ndef f():\n    return b\n",
+        "b.py": "def g():\n    from .c import h\n    return h\n",
+        "c.py": "from .a import f\n",  # a -> b -> c -> a, through a function's import
+        "d.py": (
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from .e import E\nelse:\n    from . import a\n"
+        ),
+        "e.py": "import pkg.d\n",  # d -> e only under TYPE_CHECKING: no cycle
+    }
+    root = tmp_path / "pkg"
+    root.mkdir()
+    for name, text in files.items():
+        (root / name).write_text(text)
+    graph = import_graph(package_modules(str(root), "pkg"))
+    assert graph["pkg.d"] == {"pkg.a"} and graph["pkg.e"] == {"pkg.d"}
+    assert graph["pkg.a"] == {"pkg.b"}  # its own package's __init__ is no edge
+    assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
+
+
+_IMPORT_EACH = textwrap.dedent(
+    """
+    import importlib, json, sys, traceback
+
+    failed = {}
+    for name in sys.argv[1:]:
+        for loaded in [m for m in sys.modules if m == "PACKAGE" or m.startswith("PACKAGE.")]:
+            del sys.modules[loaded]
+        try:
+            importlib.import_module(name)
+        except BaseException:
+            failed[name] = traceback.format_exc(limit=-3)
+    print(json.dumps(failed))
+    """
+).replace("PACKAGE", PACKAGE)
+
+
+def test_each_module_imports_alone():
+    """Each module imported first in a fresh interpreter (the package's modules unloaded
+    between two, the other packages kept: numpy cannot be loaded twice in a process)."""
+    names = [m for m in package_modules(_package_root(), PACKAGE) if not m.endswith("__main__")]
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EACH, *names],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    failed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not failed, "\n".join(f"{name}:\n{error}" for name, error in failed.items())
