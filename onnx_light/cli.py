@@ -27,7 +27,12 @@ from onnx_light._inspect import model_info, verify_model
 from onnx_light._progress import Progress, human
 from onnx_light.onnx import AlignResult, align_external_data_streaming
 from onnx_light.onnx._layout import SHARD_NAMINGS
-from onnx_light.onnx._options import MAX_ALIGNMENT, MAX_CHUNK_SIZE
+from onnx_light.onnx._options import (
+    check_alignment,
+    check_chunk_size,
+    check_max_shard_size,
+    check_size_threshold,
+)
 
 PROG = "onnx-light"
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -56,44 +61,33 @@ def _byte_count(text: str) -> int:
     return value * _UNITS[(unit or "").upper()] * (-1 if sign else 1)
 
 
-def _bytes(n: int) -> str:
-    """``n`` bytes in the largest unit dividing it: ``1 byte``, ``64 KiB``, ``1 GiB``."""
-    for unit, factor in reversed(_UNITS.items()):
-        if unit and n and n % factor == 0:
-            return f"{n // factor} {unit}iB"
-    return f"{n} byte{'' if n == 1 else 's'}"
-
-
-def _size_in(text: str, low: int, high: int | None = None) -> int:
-    """A byte count from ``low`` to ``high`` (no upper limit when None)."""
-    value = _byte_count(text)
-    if value < low:
-        raise argparse.ArgumentTypeError(f"must be at least {_bytes(low)}, got {text!r}")
-    if high is not None and value > high:
-        raise argparse.ArgumentTypeError(f"must be at most {_bytes(high)}, got {text!r}")
-    return value
+def _checked(check, text: str) -> int:
+    """A byte count, checked by the library's own rule for that setting (one
+    validation for the API and the command line): its error is a usage error."""
+    try:
+        return check(_byte_count(text))
+    except (TypeError, ValueError) as e:
+        reason = e.args[0].split(" must ", 1)[-1]
+        raise argparse.ArgumentTypeError(f"must {reason} ({text!r})") from None
 
 
 def _size(text: str) -> int:
-    return _size_in(text, 0)
+    return _checked(check_size_threshold, text)
 
 
 def _alignment(text: str) -> int:
     """An alignment, as the library takes it: 0 (dense) or a power of two up to 1 GiB."""
     value = _byte_count(text)
-    if value != 0 and (not 1 <= value <= MAX_ALIGNMENT or value & (value - 1)):
-        raise argparse.ArgumentTypeError(
-            f"must be 0 (dense) or a power of two from 1 to {_bytes(MAX_ALIGNMENT)}, got {text!r}"
-        )
+    _checked(check_alignment, text)
     return value
 
 
 def _chunk(text: str) -> int:
-    return _size_in(text, 1, MAX_CHUNK_SIZE)
+    return _checked(check_chunk_size, text)
 
 
 def _shard(text: str) -> int:
-    return _size_in(text, 1)
+    return _checked(check_max_shard_size, text)
 
 
 def _output(text: str) -> str:

@@ -102,7 +102,9 @@ class CopyEngine:
         if self.progress is not None:
             self.progress(self.done, self.total)
 
-    def copy(self, src: int, src_off: int, dst: int, dst_off: int, length: int, what: str) -> None:
+    def copy(
+        self, src: int, src_off: int, dst: int, dst_off: int, length: int, what: object
+    ) -> None:
         """Copy ``length`` bytes from ``src`` at ``src_off`` to ``dst`` at ``dst_off``.
 
         Args:
@@ -111,7 +113,8 @@ class CopyEngine:
             dst: destination file descriptor.
             dst_off: offset in the destination.
             length: number of bytes.
-            what: names the tensor and file, for error messages.
+            what: names the tensor and file, for error messages (a string, or
+                a :class:`~._errors.Lazy` label formatted only when needed).
 
         Raises:
             TruncatedFileError: the source ended before ``length`` bytes (an
@@ -146,7 +149,7 @@ class CopyEngine:
                 done += e.copied
                 self.unsupported.add(self.method)
 
-    def _check_eof(self, n: int, what: str) -> None:
+    def _check_eof(self, n: int, what: object) -> None:
         if n == 0:
             raise TruncatedFileError.ended(what)
 

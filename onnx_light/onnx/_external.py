@@ -104,12 +104,13 @@ class InlineSpans:
         return (int(offset), int(length)) in self.spans
 
 
-def check_location(location: str, what: str) -> None:
+def check_location(location: str, what: object) -> None:
     """Reject an empty, absolute or ``..``-climbing location.
 
     Args:
         location: the location as recorded in a model.
-        what: who carries it, for the message (e.g. "tensor 'W'").
+        what: who carries it, for the message (e.g. "tensor 'W'", or a
+            :class:`~._errors.Lazy` label formatted only when needed).
 
     Raises:
         ExternalDataError: when the location is unsafe.

@@ -42,10 +42,11 @@ def check_alignment(value: object) -> int:
     value = _int(value, "alignment", "0 or a power of two")
     if value == 0:
         return 1
-    if value < 0 or value & (value - 1):
-        raise ValueError(f"alignment must be 0 or a power of two >= 1, got {value}")
-    if value > MAX_ALIGNMENT:
-        raise ValueError(f"alignment must be at most {MAX_ALIGNMENT} (1 GiB), got {value}")
+    if value < 0 or value & (value - 1) or value > MAX_ALIGNMENT:
+        raise ValueError(
+            f"alignment must be 0 (dense) or a power of two from 1 to 1 GiB (at most "
+            f"{MAX_ALIGNMENT}), got {value}"
+        )
     return value
 
 
@@ -57,8 +58,10 @@ def check_chunk_size(value: object) -> int:
         ValueError: out of range.
     """
     value = _int(value, "chunk_size", "an int")
-    if not 0 < value <= MAX_CHUNK_SIZE:
-        raise ValueError(f"chunk_size must be in [1, {MAX_CHUNK_SIZE}], got {value}")
+    if value < 1:
+        raise ValueError(f"chunk_size must be at least 1 byte, got {value}")
+    if value > MAX_CHUNK_SIZE:
+        raise ValueError(f"chunk_size must be at most 1 GiB ({MAX_CHUNK_SIZE}), got {value}")
     return value
 
 
@@ -112,7 +115,7 @@ def check_size_threshold(value: object, name: str = "size_threshold") -> int:
         ValueError: when it is < 0.
     """
     if _int(value, name, "an int >= 0") < 0:
-        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        raise ValueError(f"{name} must be at least 0 bytes, got {value!r}")
     return value
 
 
@@ -126,7 +129,7 @@ def check_max_shard_size(value: object) -> int | None:
     if value is None:
         return None
     if _int(value, "max_shard_size", "None or an int >= 1 (bytes)") < 1:
-        raise ValueError(f"max_shard_size must be None or an int >= 1 (bytes), got {value!r}")
+        raise ValueError(f"max_shard_size must be at least 1 byte (or None), got {value!r}")
     return value
 
 
