@@ -110,3 +110,12 @@ def test_file_names_not_utf8(tmp_path, capsys):
     code, _, err = _cli(capsys, "align", os.fsdecode(src), os.fsdecode(dst))
     _one_line(code, err)
     assert r"a\xe9.onnx.data" in err and "UTF-8" in err
+
+
+def test_messages_show_undecodable_names_as_bytes(tmp_path):
+    """One helper quotes paths in messages: a name that is not UTF-8 shows its bytes
+    (\\xe9), not Python's surrogate escapes (\\udce9)."""
+    folder = os.fsdecode(os.path.join(os.fsencode(str(tmp_path)), b"caf\xe9"))
+    with pytest.raises(FileNotFoundError) as info:
+        onnxl.align_external_data_streaming(os.path.join(folder, "m.onnx"), tmp_path / "a.onnx")
+    assert "caf\\xe9" in str(info.value) and "udce9" not in str(info.value)

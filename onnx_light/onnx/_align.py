@@ -15,6 +15,7 @@ from collections.abc import Callable
 import onnx
 
 from ._atomic import AtomicFiles, folder_lock
+from ._errors import shown
 from ._external import (
     Resolver,
     place,
@@ -161,7 +162,7 @@ def align_model(
             pieces = serialize_pieces(model, subs)
             if piece_size(pieces) > PROTOBUF_LIMIT:
                 raise ValueError(
-                    f"{dst!r} would hold {piece_size(pieces)} bytes, over protobuf's 2 GiB "
+                    f"{shown(dst)} would hold {piece_size(pieces)} bytes, over protobuf's 2 GiB "
                     "limit: lower inline_below (or size_threshold)"
                 )
             write_pieces(out.create(dst), pieces, files, chunk_size)

@@ -29,6 +29,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ._errors import shown
 from ._libc import last_error, libc_function
 from ._signals import critical, guarded
 
@@ -129,7 +130,9 @@ class AtomicFiles:
             and exc.errno in _NO_ROOM
             and exc.filename is None
         ):
-            raise OSError(exc.errno, f"{exc.strerror} while writing {writing!r}", writing) from None
+            raise OSError(
+                exc.errno, f"{exc.strerror} while writing {shown(writing)}", writing
+            ) from None
 
     def reserve(self, final_paths: list[str]) -> None:
         """Create the temporary files of ``final_paths`` now, empty, in commit order.
@@ -170,7 +173,7 @@ class AtomicFiles:
                 raise self._same_file(final_path, tmp) from None
             except OSError as e:
                 raise OSError(
-                    e.errno, f"cannot write {final_path!r}: {e.strerror}", final_path
+                    e.errno, f"cannot write {shown(final_path)}: {e.strerror}", final_path
                 ) from None
             st = os.fstat(fd)
             self._pending.append(_Pending(fd, tmp, final_path, (st.st_dev, st.st_ino)))
@@ -191,12 +194,14 @@ class AtomicFiles:
         if same:
             other = next((e for e in same if e.tmp.casefold() == tmp.casefold()), same[0])
             return ValueError(
-                f"destinations {other.final!r} and {final_path!r} are one file on this "
+                f"destinations {shown(other.final)} and {shown(final_path)} are one file on this "
                 "filesystem (it does not tell upper from lower case, or folds names): "
                 "give them names that differ by more than case"
             )
         return FileExistsError(
-            errno.EEXIST, f"cannot write {final_path!r}: {tmp!r} exists; run again", final_path
+            errno.EEXIST,
+            f"cannot write {shown(final_path)}: {shown(tmp)} exists; run again",
+            final_path,
         )
 
     def finish(self, fd: int) -> None:
@@ -319,7 +324,7 @@ class _Swap:
             self.state = "done"
         except OSError as e:
             raise OSError(
-                e.errno, f"cannot replace {self.final!r}: {e.strerror}", self.final
+                e.errno, f"cannot replace {shown(self.final)}: {e.strerror}", self.final
             ) from None
 
     def undo(self) -> None:

@@ -33,7 +33,7 @@ from itertools import chain
 
 import onnx
 
-from ._errors import ExternalDataError, Lazy
+from ._errors import ExternalDataError, Lazy, shown
 from ._sources import SourceFile, SourceFiles
 from ._tensors import TensorSite, tensor_nbytes
 
@@ -118,7 +118,7 @@ def check_location(location: str, what: object) -> None:
     if not location:
         raise ExternalDataError(f"{what}: external_data has an empty 'location'")
     if "\x00" in location:
-        raise ExternalDataError(f"{what}: location {location!r} contains a NUL byte")
+        raise ExternalDataError(f"{what}: location {shown(location)} contains a NUL byte")
     parts = location.replace("\\", "/").split("/")
     drive = (
         len(parts[0]) >= 2
@@ -128,18 +128,20 @@ def check_location(location: str, what: object) -> None:
     )
     if os.path.isabs(location) or location.startswith(("/", "\\")) or drive:
         raise ExternalDataError(
-            f"{what}: location {location!r} is absolute; "
+            f"{what}: location {shown(location)} is absolute; "
             "external data must be relative to the model's folder"
         )
     if ".." in parts:
         raise ExternalDataError(
-            f"{what}: location {location!r} contains '..'; "
+            f"{what}: location {shown(location)} contains '..'; "
             "external data must stay inside the model's folder"
         )
     if location.endswith("/"):
         # os.path.realpath drops the slash, open() refuses it: two readers
         # would see two things
-        raise ExternalDataError(f"{what}: location {location!r} ends with '/': not a file name")
+        raise ExternalDataError(
+            f"{what}: location {shown(location)} ends with '/': not a file name"
+        )
 
 
 def _label(site: TensorSite, prefix: str = "") -> str:
@@ -162,17 +164,17 @@ def _int_entry(entries: dict[str, str], key: str, site: TensorSite, file: str) -
     digits = raw[1:] if raw.startswith("-") else raw
     if is_decimal(digits) and len(digits.lstrip("0")) > MAX_DIGITS:
         raise ExternalDataError(
-            f"tensor {label} in {file!r}: external_data {key} has {len(digits)} digits, "
+            f"tensor {label} in {shown(file)}: external_data {key} has {len(digits)} digits, "
             "more than any file offset (2**63 - 1)"
         )
     if not is_decimal(digits):  # two readers must never see different offsets
         raise ExternalDataError(
-            f"tensor {label} in {file!r}: external_data {key}={raw!r} is not an integer "
+            f"tensor {label} in {shown(file)}: external_data {key}={raw!r} is not an integer "
             "(decimal digits only)"
         )
     value = int(raw)
     if value < 0:
-        raise ExternalDataError(f"tensor {label} in {file!r}: external_data {key}={value} < 0")
+        raise ExternalDataError(f"tensor {label} in {shown(file)}: external_data {key}={value} < 0")
     return value
 
 
@@ -227,11 +229,11 @@ def _check_external_tensor(site: TensorSite, location: str) -> None:
     carried = _carried_data(tensor)
     if carried is not None:
         raise ExternalDataError(
-            f"tensor {site.label} in {location!r}: is EXTERNAL but also carries {carried}"
+            f"tensor {site.label} in {shown(location)}: is EXTERNAL but also carries {carried}"
         )
     if tensor.data_type == onnx.TensorProto.STRING:
         raise ExternalDataError(
-            f"tensor {site.label} in {location!r}: string tensors cannot be stored externally"
+            f"tensor {site.label} in {shown(location)}: string tensors cannot be stored externally"
         )
 
 
@@ -244,7 +246,7 @@ def check_length(site: TensorSite, length: int, file: str) -> None:
     expected = tensor_nbytes(site.tensor)
     if expected is not None and expected != length:
         raise ExternalDataError(
-            f"tensor {site.label} in {file!r}: length {length} does not match "
+            f"tensor {site.label} in {shown(file)}: length {length} does not match "
             f"dtype x dims ({expected} bytes)"
         )
 
@@ -328,14 +330,14 @@ class Resolver:
         length = _int_entry(entries, "length", site, file)
         if offset > size:
             raise ExternalDataError(
-                f"tensor {site.label} in {file!r}: offset {offset} is past the end "
+                f"tensor {site.label} in {shown(file)}: offset {offset} is past the end "
                 f"of the file ({size} bytes)"
             )
         if length is None:
             length = size - offset
         if offset + length > size:
             raise ExternalDataError(
-                f"tensor {site.label} in {file!r}: bytes [{offset}, {offset + length}) "
+                f"tensor {site.label} in {shown(file)}: bytes [{offset}, {offset + length}) "
                 f"run past the end of the file ({size} bytes)"
             )
         if source is not self._inline_source:  # inline bytes are checked if they move

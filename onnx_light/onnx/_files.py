@@ -7,7 +7,7 @@ import errno
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from ._errors import TruncatedFileError
+from ._errors import TruncatedFileError, shown
 from ._libc import last_error, libc_function
 
 
@@ -93,7 +93,7 @@ def read_refs(refs: list, files, num_threads: int = 1):
     def read(ref) -> bytes:
         with files.lease(ref.source) as fd:
             return pread_exact(
-                fd, ref.length, ref.offset, f"tensor {ref.site.label} in {ref.file!r}"
+                fd, ref.length, ref.offset, f"tensor {ref.site.label} in {shown(ref.file)}"
             )
 
     if num_threads == 1:

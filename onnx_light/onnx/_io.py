@@ -138,7 +138,7 @@ def save(
         plan = SavePlan(model, path, location, options, files)
         if location is None and plan.plan.inline_bytes > PROTOBUF_LIMIT:
             raise ValueError(
-                f"model for {path!r} holds {plan.plan.inline_bytes} bytes of tensor data, over "
+                f"model for {shown(path)} holds {plan.plan.inline_bytes} bytes of tensor data, over "
                 "protobuf's 2 GiB limit: pass location= to store the weights in a second file"
             )
         plan.write(progress=progress)

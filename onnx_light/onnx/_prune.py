@@ -14,6 +14,7 @@ import contextlib
 import os
 import warnings
 
+from ._errors import shown
 from ._readers import Listings, is_model_name, readers, stored_spelling
 from ._signals import critical
 from ._sources import SourceFile
@@ -51,8 +52,8 @@ def unreferenced(model_path: str, old: list[SourceFile], new: list[str]) -> list
     read, unreadable = readers(list(candidates.values()), os.path.dirname(model), set(), listings)
     if unreadable:
         warnings.warn(
-            f"{len(candidates)} weights file(s) that {model_path!r} no longer references "
-            f"were kept: {unreadable[0]!r} could not be read to check what it references",
+            f"{len(candidates)} weights file(s) that {shown(model_path)} no longer references "
+            f"were kept: {shown(unreadable[0])} could not be read to check what it references",
             stacklevel=3,
         )
         return []

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ._copy import CopyEngine, pwrite_all
-from ._errors import Lazy, TruncatedFileError
+from ._errors import Lazy, TruncatedFileError, shown
 from ._files import read_upto
 from ._fs import CopyPolicy
 from ._plan import Item
@@ -110,8 +110,8 @@ def _moved(run: Run) -> str:
     """Which tensors a copy moves, for a message."""
     items, file = run.items, run.file
     if len(items) == 1:
-        return f"tensor {items[0].site.label} in {file!r}"
-    return f"tensors {items[0].site.label} to {items[-1].site.label} in {file!r}"
+        return f"tensor {items[0].site.label} in {shown(file)}"
+    return f"tensors {items[0].site.label} to {items[-1].site.label} in {shown(file)}"
 
 
 def _truncated(run: Run, position: int) -> TruncatedFileError:
@@ -120,7 +120,7 @@ def _truncated(run: Run, position: int) -> TruncatedFileError:
         if position < item.size:
             break
         position -= item.size
-    return TruncatedFileError.ended(f"tensor {item.site.label} in {run.file!r}")
+    return TruncatedFileError.ended(f"tensor {item.site.label} in {shown(run.file)}")
 
 
 def copy_run(engine: CopyEngine, src: int, dst: int, run: Run) -> None:

@@ -14,7 +14,7 @@ import os
 import onnx
 
 from ._atomic import AtomicFiles
-from ._errors import OUTSIDE, ExternalDataError
+from ._errors import OUTSIDE, ExternalDataError, shown
 from ._external import Resolver, TensorRef, place
 from ._options import SerializeOptions, check_alignment, check_num_threads
 from ._plan import INLINE, KEEP, MOVE, plan_tensors
@@ -145,7 +145,7 @@ class SavePlan:
             if ref.source.identity in own and ref_key(ref) not in self._own[1]:
                 raise ExternalDataError(
                     f"tensor {ref.site.label}: its bytes [{ref.offset}, {ref.offset + ref.length})"
-                    f" of {ref.file!r} are not a tensor of {self.path!r}, which this save "
+                    f" of {shown(ref.file)} are not a tensor of {shown(self.path)}, which this save "
                     "replaces: was the model loaded from another file? Save it elsewhere"
                 )
 
@@ -183,7 +183,9 @@ class SavePlan:
             try:
                 pieces = serialize_pieces(self.model, self.substitutions())
             except ValueError as e:  # e.g. a message protobuf cannot encode
-                raise ValueError(f"cannot serialize the model for {self.path!r}: {e}") from None
+                raise ValueError(
+                    f"cannot serialize the model for {shown(self.path)}: {e}"
+                ) from None
             write_pieces(files.create(self.path), pieces, self.files)
             files.commit()
         if mutate and self.weights is not None:

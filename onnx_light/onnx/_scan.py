@@ -15,6 +15,7 @@ import stat
 import onnx
 from google.protobuf.message import DecodeError
 
+from ._errors import shown
 from ._external import InlineSpans, Resolver, TensorRef
 from ._sources import SourceFile, SourceFiles
 from ._tensors import is_external, iter_tensors
@@ -33,9 +34,11 @@ def parse_model(data: bytes, path: str) -> onnx.ModelProto:
     try:
         model.ParseFromString(data)
     except (DecodeError, RuntimeError) as e:
-        raise ValueError(f"{path!r} is not a valid ONNX model: {e}") from None
+        raise ValueError(f"{shown(path)} is not a valid ONNX model: {e}") from None
     if not model.HasField("graph") and not model.ir_version and not len(model.functions):
-        raise ValueError(f"{path!r} is not a valid ONNX model: no graph, ir_version or function")
+        raise ValueError(
+            f"{shown(path)} is not a valid ONNX model: no graph, ir_version or function"
+        )
     return model
 
 

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 
 from ._atomic import AtomicFiles
+from ._errors import shown
 from ._layout import (
     ONNX_IR,
     TRANSFORMERS_JS,
@@ -65,7 +66,7 @@ class WeightsFiles:
         count = len(self.shards)
         if naming == TRANSFORMERS_JS and count > TRANSFORMERS_JS_MAX_FILES:
             raise ValueError(
-                f"{count} weights files for {onnx_path!r}: transformers.js loads at most "
+                f"{count} weights files for {shown(onnx_path)}: transformers.js loads at most "
                 f"{TRANSFORMERS_JS_MAX_FILES}; raise max_shard_size"
             )
         self.locations = [shard_name(base, i, count, naming) for i in range(count)]
@@ -134,7 +135,7 @@ def _check_transformers_js(onnx_path: str, location: str) -> None:
     expected = os.path.basename(onnx_path) + "_data"
     if location != expected:
         raise ValueError(
-            f"weights file {location!r}: transformers.js loads the weights of "
-            f"{os.path.basename(onnx_path)!r} from {expected!r} (then {expected}_1, ...) "
+            f"weights file {shown(location)}: transformers.js loads the weights of "
+            f"{shown(os.path.basename(onnx_path))} from {shown(expected)} (then {expected}_1, ...) "
             "beside it; name the weights file that way, or leave it unset"
         )

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ._errors import OUTSIDE, ExternalDataError
+from ._errors import OUTSIDE, ExternalDataError, shown
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
 
@@ -163,13 +163,15 @@ class SourceFiles:
         try:
             st = os.stat(path)
         except FileNotFoundError:
-            raise FileNotFoundError(f"model file {path!r} does not exist") from None
+            raise FileNotFoundError(f"model file {shown(path)} does not exist") from None
         if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(f"model path {path!r} is a folder, not an .onnx file")
+            raise IsADirectoryError(f"model path {shown(path)} is a folder, not an .onnx file")
         if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"model path {path!r} is not a regular file (a FIFO or a device?)")
+            raise ValueError(
+                f"model path {shown(path)} is not a regular file (a FIFO or a device?)"
+            )
         if st.st_size == 0:
-            raise ValueError(f"model file {path!r} is empty, not an ONNX model")
+            raise ValueError(f"model file {shown(path)} is empty, not an ONNX model")
         fd = os.open(path, _OPEN_FLAGS)
         fst = os.fstat(fd)
         # its real path, taken once and checked against the descriptor: the
@@ -180,7 +182,7 @@ class SourceFiles:
             and stat.S_ISREG(fst.st_mode)
         ):
             os.close(fd)
-            raise ValueError(f"model file {path!r} was replaced while being opened; run again")
+            raise ValueError(f"model file {shown(path)} was replaced while being opened; run again")
         return self._register(_source(path, fst, "model", real), fd)
 
     def data(self, folder: str, roots: tuple[str, ...], location: str, label) -> SourceFile:
@@ -207,11 +209,11 @@ class SourceFiles:
         path = os.path.join(folder, location)
         real = os.path.realpath(path)
         if not any(is_inside(real, root) for root in roots):
-            where = f"the model folder {folder!r}"
+            where = f"the model folder {shown(folder)}"
             if len(roots) > 1 and roots[1] != roots[0]:
-                where += f" and the folder of the model file's real path {roots[1]!r}"
+                where += f" and the folder of the model file's real path {shown(roots[1])}"
             raise ExternalDataError(
-                f"tensor {label}: location {location!r} resolves to {real!r}, "
+                f"tensor {label}: location {shown(location)} resolves to {shown(real)}, "
                 f"outside {where} (symlink?)",
                 reason=OUTSIDE,
             )
@@ -219,15 +221,16 @@ class SourceFiles:
             st = os.stat(path)  # before opening: a FIFO or a device is never opened
         except FileNotFoundError:
             raise FileNotFoundError(
-                f"tensor {label}: external data file {path!r} does not exist"
+                f"tensor {label}: external data file {shown(path)} does not exist"
             ) from None
         except OSError as e:
             raise type(e)(
-                e.errno, f"tensor {label}: cannot reach external data file {path!r}: {e.strerror}"
+                e.errno,
+                f"tensor {label}: cannot reach external data file {shown(path)}: {e.strerror}",
             ) from None
         if not stat.S_ISREG(st.st_mode):
             raise ExternalDataError(
-                f"tensor {label}: external data file {path!r} is not a regular file"
+                f"tensor {label}: external data file {shown(path)} is not a regular file"
             )
         fd = os.open(path, _OPEN_FLAGS)  # as any reader opens it: links followed
         try:
@@ -239,16 +242,16 @@ class SourceFiles:
                 and _identity(real) == (fst.st_dev, fst.st_ino)
             ):
                 raise ExternalDataError(
-                    f"tensor {label}: external data file {path!r} was replaced while "
+                    f"tensor {label}: external data file {shown(path)} was replaced while "
                     "being checked; run again"
                 )
             if not stat.S_ISREG(fst.st_mode):
                 raise ExternalDataError(
-                    f"tensor {label}: external data file {path!r} is not a regular file"
+                    f"tensor {label}: external data file {shown(path)} is not a regular file"
                 )
             if fst.st_nlink > 1:
                 raise ExternalDataError(
-                    f"tensor {label}: external data file {path!r} has {fst.st_nlink} hard "
+                    f"tensor {label}: external data file {shown(path)} has {fst.st_nlink} hard "
                     "links; a hard link can bring any file of the disk into the model folder, "
                     "so it is refused (as onnx does): copy the file to give it a single link"
                 )
@@ -314,13 +317,13 @@ class SourceFiles:
             fd = os.open(source.path, _OPEN_FLAGS)
         except OSError as e:
             raise ExternalDataError(
-                f"tensor {source.label}: external data file {source.path!r} changed since it "
+                f"tensor {source.label}: external data file {shown(source.path)} changed since it "
                 f"was checked ({e.strerror}); run again"
             ) from None
         if not source.same_as(os.fstat(fd)):
             os.close(fd)
             raise ExternalDataError(
-                f"tensor {source.label}: external data file {source.path!r} changed since it "
+                f"tensor {source.label}: external data file {shown(source.path)} changed since it "
                 "was checked (replaced or modified); run again"
             )
         return fd

@@ -38,7 +38,7 @@ def destination_path(path: str | os.PathLike) -> str:
     """
     path = os.fsdecode(path)
     if path.endswith(("/", os.sep)):
-        raise IsADirectoryError(f"destination {path!r} ends with '/': not a file name")
+        raise IsADirectoryError(f"destination {shown(path)} ends with '/': not a file name")
     path = os.path.abspath(path)
     destination_dir(path)
     return path
@@ -54,11 +54,11 @@ def destination_dir(path: str) -> str:
     """
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.exists(folder):
-        raise FileNotFoundError(f"destination folder {folder!r} does not exist")
+        raise FileNotFoundError(f"destination folder {shown(folder)} does not exist")
     if not os.path.isdir(folder):
-        raise NotADirectoryError(f"destination folder {folder!r} is not a folder")
+        raise NotADirectoryError(f"destination folder {shown(folder)} is not a folder")
     if os.path.isdir(path):
-        raise IsADirectoryError(f"destination {path!r} is a folder, not a file name")
+        raise IsADirectoryError(f"destination {shown(path)} is a folder, not a file name")
     return folder
 
 
@@ -86,23 +86,23 @@ def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[st
     location = os.fsdecode(location)
     folder = os.path.dirname(os.path.abspath(onnx_path))
     if not location or location.endswith(("/", os.sep)):
-        raise ValueError(f"weights location {location!r} is not a file name")
+        raise ValueError(f"weights location {shown(location)} is not a file name")
     target = os.path.normpath(os.path.join(folder, location))
     if not is_inside(target, folder):
         raise ValueError(
-            f"weights file {location!r} is {target!r}: it must lie inside the model's folder "
-            f"{folder!r} (a relative location is relative to that folder)"
+            f"weights file {shown(location)} is {shown(target)}: it must lie inside the model's folder "
+            f"{shown(folder)} (a relative location is relative to that folder)"
         )
     destination_dir(target)
     entry = real_entry(target)
     if entry == real_entry(onnx_path):  # the same name, spelled another way
-        raise ValueError(f"weights file {location!r} cannot be the model file itself")
+        raise ValueError(f"weights file {shown(location)} cannot be the model file itself")
     real_folder = os.path.realpath(folder)
     real_target = os.path.join(*entry)
     if not is_inside(real_target, real_folder):
         raise ValueError(
-            f"weights file {target!r} resolves to {real_target!r}, outside the model's "
-            f"folder {real_folder!r} (a symlinked folder?): the model could not be loaded"
+            f"weights file {shown(target)} resolves to {shown(real_target)}, outside the model's "
+            f"folder {shown(real_folder)} (a symlinked folder?): the model could not be loaded"
         )
     recorded = os.path.relpath(target, folder).replace(os.sep, "/")
     try:
@@ -113,7 +113,7 @@ def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[st
             "locations as UTF-8 strings; choose another name"
         ) from None
     try:
-        check_location(recorded, f"weights file {target!r}")
+        check_location(recorded, f"weights file {shown(target)}")
     except ExternalDataError as e:
         raise ValueError(f"{e}; choose another name") from None
     return target, recorded
@@ -160,7 +160,7 @@ def _identities(path: str) -> set[tuple[int, int]] | None:
             pass  # a dangling link: only the link is replaced
     elif not stat.S_ISREG(lst.st_mode):
         raise ValueError(
-            f"destination {path!r} exists and is not a regular file (a device, FIFO or "
+            f"destination {shown(path)} exists and is not a regular file (a device, FIFO or "
             "socket?): refusing to replace it"
         )
     return ids
@@ -219,8 +219,8 @@ def check_targets(
                 folded = {stored_spelling(p, listings): s for p, s in files.sources()}
             if stored in folded:  # even in place: never replace a file read under another name
                 raise ExternalDataError(
-                    f"destination {path!r} is {stored!r} on this filesystem (it does not "
-                    f"tell upper from lower case), which this call reads: name it {stored!r}"
+                    f"destination {shown(path)} is {shown(stored)} on this filesystem (it does not "
+                    f"tell upper from lower case), which this call reads: name it {shown(stored)}"
                 )
         if in_place:
             continue
@@ -233,11 +233,11 @@ def check_targets(
             if source.identity in allowed:
                 continue
         if source.label == "model":
-            what = f"the model {source.path!r} it reads"
+            what = f"the model {shown(source.path)} it reads"
         else:
-            what = f"{source.path!r}, the file holding the bytes of tensor {source.label}"
+            what = f"{shown(source.path)}, the file holding the bytes of tensor {source.label}"
         raise ExternalDataError(
-            f"destination {path!r}: this call would overwrite {what}, and leave the source "
+            f"destination {shown(path)}: this call would overwrite {what}, and leave the source "
             f"model broken{'; ' + hint if hint else ''}"
         )
     if existing:
@@ -257,7 +257,7 @@ def _check_other_readers(existing: list[str], model: str, listings: Listings) ->
         reader = read.get(path)
         if reader is not None:
             raise ExternalDataError(
-                f"destination {path!r} is read by {reader!r}, another model of the folder: "
+                f"destination {shown(path)} is read by {shown(reader)}, another model of the folder: "
                 "replacing it would break that model; write the new files under other "
                 "names (the old ones stay for it)"
             )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from array import array
 
-from ._errors import ExternalDataError
+from ._errors import ExternalDataError, shown
 from ._files import pread_exact
 from ._skim import RawDataFilter, run_end
 
@@ -300,7 +300,7 @@ class _Scanner:
             return None  # tiny raw_data stays inline: the message is unchanged
         if external:
             raise ExternalDataError(
-                f"tensor {name!r} in {self.location!r}: is EXTERNAL but also carries raw_data"
+                f"tensor {name!r} in {shown(self.location)}: is EXTERNAL but also carries raw_data"
             )
         if depth >= MAX_DEPTH:
             return None  # a reference would nest its entries deeper than protobuf allows

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from ._copy import CopyEngine, pwrite_all
+from ._errors import shown
 from ._files import preallocate
 from ._fs import CopyPolicy, copy_policy
 from ._layout import Layout
@@ -182,7 +183,7 @@ def write_pieces(
                 continue
             ref = piece.ref
             with files.lease(ref.source) as src:
-                what = f"tensor {ref.site.label} in {ref.file!r}"
+                what = f"tensor {ref.site.label} in {shown(ref.file)}"
                 engine.copy(src, ref.offset, fd, position, ref.length, what)
             position += ref.length
     _set_size(fd, position)
