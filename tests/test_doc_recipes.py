@@ -100,6 +100,28 @@ def _expected_error(code: str) -> type[BaseException] | None:
     return getattr(builtins, m.group(1)) if m else None
 
 
+def _printed_error(code: str) -> list[str]:
+    """The pieces of the error message a block prints in its comment (``...`` elides)."""
+    m = re.search(r"^\s*# \w+Error: (.*(?:\n\s*# .*)*)", code, re.M)
+    if not m:
+        return []
+    text = " ".join(line.strip().lstrip("#").strip() for line in m.group(1).split("\n"))
+    return [" ".join(piece.split()) for piece in text.split("...") if piece.strip()]
+
+
+def _run_expecting(code: str, page: str, scope: dict) -> None:
+    """Run a block; one that shows an error must raise it, with the message it prints."""
+    error = _expected_error(code)
+    if error is None:
+        exec(compile(code, page, "exec"), scope)  # noqa: S102
+        return
+    with pytest.raises(error) as info:
+        exec(compile(code, page, "exec"), scope)  # noqa: S102
+    message = " ".join(str(info.value).split())
+    for piece in _printed_error(code):
+        assert piece in message, f"the page prints {piece!r}; a reader gets {message!r}"
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_recipes_run_as_printed(page, tmp_path, monkeypatch):
     found = blocks(page)
@@ -130,14 +152,30 @@ def test_recipes_run_as_printed(page, tmp_path, monkeypatch):
             )
             assert done.returncode == 0, f"{where}\n{done.stderr}"
             continue
-        error = _expected_error(code)
         scope = dict(namespace) if aside else namespace
         with contextlib.redirect_stdout(io.StringIO()):
-            if error is None:
-                exec(compile(code, page, "exec"), scope)  # noqa: S102
-            else:
-                with pytest.raises(error):
-                    exec(compile(code, page, "exec"), scope)  # noqa: S102
+            _run_expecting(code, page, scope)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_onnx_tabs_run_in_order_as_a_script(page, tmp_path, monkeypatch):
+    """A reader who follows onnx's side of every comparison: the shared blocks and the
+    "onnx" tabs, in order, in one folder and one namespace (onnx 1.23 refuses to
+    write over an existing weights file, so two tabs may not reuse a name)."""
+    found = [(lang, code) for lang, code, tab in blocks(page) if tab in (None, "onnx")]
+    if not any(tab == "onnx" for _, _, tab in blocks(page)):
+        pytest.skip("no onnx tab")
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    _fixtures(work, home)
+    monkeypatch.chdir(work)
+    namespace: dict = {"__name__": "__recipe__"}
+    for language, code in found:
+        if language != "python":
+            continue
+        with contextlib.redirect_stdout(io.StringIO()):
+            _run_expecting(code, page, namespace)
 
 
 def test_hugging_face_recipe_writes_plain_files(tmp_path, monkeypatch):
