@@ -18,12 +18,13 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(PY) -m ruff check onnx_light tests examples benchmarks lint _doc/conf.py
-	$(PY) -m ruff format --check onnx_light tests examples benchmarks _doc/conf.py
+	$(PY) -m ruff check onnx_light tests examples benchmarks lint _doc/conf.py _doc/check_links.py
+	$(PY) -m ruff format --check onnx_light tests examples benchmarks _doc/conf.py _doc/check_links.py
 	$(PY) -m vulture onnx_light benchmarks examples lint/vulture_allowlist.py --min-confidence 60
 
 doc: $(STAMP)
-	$(PY) -m sphinx -W -n --keep-going -b html _doc _doc/_build/html
+	$(PY) -m sphinx -W -n --keep-going -b html -d _doc/_build/doctrees _doc _doc/_build/html
+	$(PY) _doc/check_links.py _doc/_build/html
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
@@ -40,4 +41,4 @@ realworld: $(STAMP)
 	$(PY) -m pytest -q -m realworld tests
 
 clean:
-	rm -rf _doc/_build _doc/auto_examples _doc/sg_execution_times.rst build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf _doc/_build _doc/auto_examples _doc/gen_modules _doc/sg_execution_times.rst build dist *.egg-info .pytest_cache .ruff_cache

@@ -20,7 +20,7 @@ dependencies; all work on Linux (``/proc``) and degrade elsewhere.
 from .cache import evict
 from .figures import summary_bars
 from .machine import describe_machine
-from .memory import PeakMemory, measure_peak
+from .memory import PeakMemory, measure_peak, release_free_memory
 from .models import (
     make_forest_model,
     make_gemm_model,
@@ -29,13 +29,15 @@ from .models import (
     weights_nbytes,
 )
 from .status import read_status
-from .timeline import RssTimeline
-from .timing import best_time
+from .timeline import RssTimeline, Sample
+from .timing import best_time, default_repeat
 
 __all__ = [
     "PeakMemory",
     "RssTimeline",
+    "Sample",
     "best_time",
+    "default_repeat",
     "describe_machine",
     "evict",
     "make_forest_model",
@@ -44,6 +46,7 @@ __all__ = [
     "measure_peak",
     "model_inputs",
     "read_status",
+    "release_free_memory",
     "summary_bars",
     "weights_nbytes",
 ]

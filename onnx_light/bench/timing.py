@@ -23,7 +23,7 @@ def best_time(
     Args:
         fn: the call to time.
         setup: runs before each call, outside the timing (e.g. empty a folder).
-        repeat: timed calls (>= 1; None: :func:`~onnx_light.bench.timing.default_repeat`).
+        repeat: timed calls (>= 1; None: :func:`~onnx_light.bench.default_repeat`).
 
     Returns:
         The smallest time in seconds.
