@@ -7,6 +7,8 @@ directives render what only exists at build time:
   ``onnx-light`` command (from :func:`onnx_light.cli.build_parser`);
 - ``.. markdown-report:: PATH`` turns a Markdown report (the benchmark
   results) into reStructuredText, or says it is missing;
+- ``.. bench-provenance:: PATH`` says where, when and at which commit that
+  report was measured, and how many library commits HEAD is ahead of it;
 - ``:bench:`OP vs REF, FIGURE, SIZE, WHAT``` prints one number of the
   committed benchmark report (``benchmarks/results/latest.csv``), so the
   pages never state a measurement by hand; a row the report lacks fails
@@ -287,6 +289,67 @@ class MarkdownReport(SphinxDirective):
         return nested_parse_to_nodes(self.state, rst, source=path, allow_section_headings=True)
 
 
+class BenchProvenance(SphinxDirective):
+    """``.. bench-provenance:: PATH``: where and when a committed report was measured.
+
+    Reads the report's ``machine:`` line (machine, commit, date) and counts,
+    with git, the commits that changed the library (``onnx_light/``) since
+    that commit, at build time.
+    """
+
+    required_arguments = 1
+
+    def run(self) -> list[nodes.Node]:
+        _, path = self.env.relfn2path(self.arguments[0], self.env.docname)
+        if not os.path.exists(path):
+            return []
+        self.env.note_dependency(path)
+        with open(path, encoding="utf-8") as f:
+            line = next((x for x in f if x.startswith("machine: ")), "")
+        m = re.match(r"machine: (.*) \(([0-9a-f]+)[^)]*\), (.*)$", line.strip())
+        if not m:
+            return [nodes.paragraph(text="The report does not say where it was measured.")]
+        machine, commit, date = m.groups()
+        behind = _commits_since(commit)
+        head = _git("rev-parse", "--short", "HEAD") or "unknown"
+        since = (
+            "the library (onnx_light/) is as it was then"
+            if behind == 0
+            else f"the library (onnx_light/) has changed in {behind} commit(s) since"
+            if behind is not None
+            else "how far the library has moved since could not be computed (no git history)"
+        )
+        text = (
+            f"**Where these numbers come from.** The report below was measured on {date}, "
+            f"at commit ``{commit}``, on this machine: {machine}. This site was built at "
+            f"commit ``{head}``: {since}. The :ref:`gallery <l-gallery>`'s numbers come from "
+            "the machine that built this site, when it was built. Where the two disagree "
+            "beyond their spreads, the reasons can be other hardware, another filesystem "
+            "(the report's tables name theirs), the library's changes since the report, or "
+            "a noisy neighbour on a shared machine; each table gives its own machine's "
+            "figures."
+        )
+        return nested_parse_to_nodes(self.state, text, source=path)
+
+
+def _git(*args: str) -> str | None:
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=os.path.dirname(__file__), capture_output=True, text=True
+        )
+    except OSError:
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _commits_since(commit: str) -> int | None:
+    """Commits that changed onnx_light/ between ``commit`` and HEAD (None: unknown)."""
+    out = _git("rev-list", "--count", f"{commit}..HEAD", "--", "../onnx_light")
+    return int(out) if out and out.isdigit() else None
+
+
 # -- Every public name is documented ----------------------------------------
 
 _API_PAGES = {"onnx_light.onnx": "api/onnx.rst", "onnx_light.bench": "api/bench.rst"}
@@ -395,6 +458,7 @@ def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None)
 def setup(app):
     app.add_directive("onnx-light-help", OnnxLightHelp)
     app.add_directive("markdown-report", MarkdownReport)
+    app.add_directive("bench-provenance", BenchProvenance)
     app.add_role("bench", bench_role)
     app.connect("builder-inited", check_api_pages)
     app.connect("missing-reference", literal_for_external)

@@ -210,16 +210,21 @@ def plot(results: list[dict], path: str, title: str) -> None:
     for r in rows:
         measured = r["ratio_raw"] if r["kind"] == "ratio" else r["value_raw"]
         shown = r["ratio"] + "x" if r["kind"] == "ratio" else r["value"]
-        where = r["size"] + (f" {r['fs']}" if r["fs"] else "")
-        labels.append(f"{r['op']} {r['fig']} vs {r['ref_op']} [{where}]: {shown} ({r['target']})")
+        what = r["operation"].replace("onnxl.", "").replace("_external_data_streaming", "")
+        where = r["size"] + (f" on {r['fs']}" if r["fs"] else "")
+        label = f"{what}, {r['figure']}, {where}: {shown} (target {r['target']})"
+        if r["kind"] == "ratio":
+            label += f" against {r['reference']}"
+        labels.append("\n".join(textwrap.wrap(label, 90)))
         values.append(max(measured / r["target_raw"], 1e-3))
         colors.append("tab:green" if r["passed"] else "tab:red")
-    fig, ax = plt.subplots(figsize=(10, 0.42 * len(rows) + 1.6))
+    lines = sum(label.count("\n") + 1 for label in labels)
+    fig, ax = plt.subplots(figsize=(12, 0.3 * lines + 0.25 * len(rows) + 1.6))
     y = range(len(rows))
     ax.barh(list(y), values, color=colors)
     ax.axvline(1.0, color="black", linestyle="--", linewidth=1)
     ax.set_xscale("log")
-    ax.set_yticks(list(y), labels, fontsize=8)
+    ax.set_yticks(list(y), labels, fontsize=9)
     ax.invert_yaxis()
     ax.set_xlabel("measured / target  (left of the dashed line = target met)")
     ax.set_xlim(left=1e-3)
@@ -227,3 +232,15 @@ def plot(results: list[dict], path: str, title: str) -> None:
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def results_from_csv(path: str) -> list[dict]:
+    """The results a report's CSV holds, as :func:`plot` takes them (to draw it again)."""
+    out = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            for key in ("target_raw", "value_raw", "ref_raw", "ratio_raw"):
+                row[key] = float(row[key]) if row[key] not in ("", "nan") else math.nan
+            row["passed"] = row["result"] == "PASS"
+            out.append(row)
+    return out
