@@ -244,3 +244,12 @@ def results_from_csv(path: str) -> list[dict]:
             row["passed"] = row["result"] == "PASS"
             out.append(row)
     return out
+
+
+if __name__ == "__main__":  # redraw a report's figure from its CSV: report.py results/latest
+    import sys
+
+    base = sys.argv[1]
+    with open(base + ".md", encoding="utf-8") as f:
+        title = next((line.strip() for line in f if line.startswith("machine:")), base)
+    plot(results_from_csv(base + ".csv"), base + ".png", title)

@@ -10,6 +10,8 @@
 - ``onnx_light.bench.filesystems``: XFS and btrfs images, loop-mounted;
 - ``onnx_light.bench.timing``: the best wall time of several runs;
 - ``onnx_light.bench.cache``: files dropped from the page cache;
+- ``onnx_light.bench.compare``: a ranking stated only when it holds
+  beyond the spread of the rounds;
 - ``onnx_light.bench.figures``: one-picture summaries for the gallery;
 - ``onnx_light.bench.machine``: which machine a measurement was made on.
 
@@ -18,6 +20,7 @@ dependencies; all work on Linux (``/proc``) and degrade elsewhere.
 """
 
 from .cache import evict
+from .compare import Comparison, compare
 from .figures import summary_bars
 from .machine import describe_machine
 from .memory import PeakMemory, measure_peak, release_free_memory
@@ -33,10 +36,12 @@ from .timeline import RssTimeline, Sample
 from .timing import best_time, default_repeat
 
 __all__ = [
+    "Comparison",
     "PeakMemory",
     "RssTimeline",
     "Sample",
     "best_time",
+    "compare",
     "default_repeat",
     "describe_machine",
     "evict",
