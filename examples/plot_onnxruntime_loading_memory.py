@@ -249,7 +249,7 @@ def times_model(value: float) -> str:
 
 
 one_on, one_off = row("one file", "on"), row("one file", "off")
-two_on, two_off = row("aligned 4096", "on"), row("aligned 4096", "off")
+two_on, two_off = row("two files", "on"), row("two files", "off")
 print(f"measured on {describe_machine()}")
 print(f"onnxruntime {ort.__version__}, a model of {model_bytes / MiB:.0f} MiB of weights:")
 for label, r in [
