@@ -149,21 +149,27 @@ def _align_summary(args: argparse.Namespace, result: AlignResult, elapsed: float
             f"{note}no tensor{limit} to move: wrote {_printable(args.dst)} alone, "
             f"no weights file, in {elapsed:.2f} s"
         )
-        return "\n".join([line, *_more(result)])
+        return "\n".join([line, *_more(result, args)])
     where = _printable(result.weights_paths[0])
     if len(result.weights_paths) > 1:
         where = f"{len(result.weights_paths)} shards ({where}, ...)"
     typed = f" ({result.typed} from typed fields such as float_data)" if result.typed else ""
     lines = [
         f"{note}wrote {result.size} bytes ({human(result.size)}) for {result.moved} tensors"
-        f"{typed} to {where} aligned to {args.alignment} in {elapsed:.2f} s"
+        f"{typed} to {where} {_aligned(args.alignment)} in {elapsed:.2f} s"
     ]
-    return "\n".join(lines + _more(result))
+    return "\n".join(lines + _more(result, args))
 
 
-def _more(result: AlignResult) -> list[str]:
+def _aligned(alignment: int) -> str:
+    return "dense (no alignment)" if alignment in (0, 1) else f"aligned to {alignment}"
+
+
+def _more(result: AlignResult, args: argparse.Namespace) -> list[str]:
     """The lines about tensors brought back inline and files left behind."""
     lines = []
+    if args.prune and os.path.abspath(args.src) != os.path.abspath(args.dst):
+        lines.append("--prune: nothing to prune, the source was not replaced (not in place)")
     if result.inlined:
         lines.append(f"{result.inlined} small external tensors written inline (--inline-below)")
     names = ", ".join(_printable(os.path.basename(p)) for p in result.unreferenced)

@@ -616,3 +616,10 @@ def test_verify_groups_problems_by_cause(tmp_path, capsys):
     lines = out.strip().splitlines()
     assert len(lines) == 1 and "20 tensors ('W0'" in lines[0] and "and 17 more" in lines[0]
     assert "does not exist" in lines[0]
+
+
+def test_prune_not_in_place_says_there_is_nothing_to_prune(tmp_path, capsys):
+    src = save_model(tmp_path)
+    assert main(["align", src, str(tmp_path / "o.onnx"), "--prune", "--alignment", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to prune" in out and "dense (no alignment)" in out

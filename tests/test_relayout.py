@@ -549,3 +549,65 @@ def test_inline_tensor_of_odd_length_stays_inline(tmp_path):
     assert onnx.load(str(tmp_path / "a.onnx")).graph.initializer[0].raw_data == bytes(2000)
     with pytest.raises(onnxl.ExternalDataError, match="'odd'.*does not match"):
         onnxl.align_external_data_streaming(tmp_path / "single.onnx", tmp_path / "b.onnx", "b.data")
+
+
+def _identity_model(value: float):
+    w = numpy_helper.from_array(np.full(1000, value, np.float32), "w")
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1000])
+    graph = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [], [y], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_files_a_model_above_reads_are_kept_and_never_replaced(tmp_path):
+    """a.onnx keeps its weights in sub/w.data (a location onnx-light writes): pruning
+    sub/m.onnx keeps it, and saving sub/new.onnx over it is refused."""
+    (tmp_path / "sub").mkdir()
+    onnxl.save(_identity_model(1.0), tmp_path / "a.onnx", "sub/w.data")
+    shared = onnxl.load(tmp_path / "a.onnx", load_external_data=False)
+    shared.graph.initializer[0].external_data[0].value = "w.data"
+    onnx.save(shared, str(tmp_path / "sub" / "m.onnx"))
+    result = onnxl.align_external_data_streaming(
+        tmp_path / "sub" / "m.onnx", tmp_path / "sub" / "m.onnx", remove_unreferenced=True
+    )
+    assert result.removed == [] and (tmp_path / "sub" / "w.data").exists()
+    digest = folder_digest(tmp_path / "sub")
+    with pytest.raises(onnxl.ExternalDataError, match="a.onnx.*another model"):
+        onnxl.save(_identity_model(7.0), tmp_path / "sub" / "new.onnx", "w.data")
+    assert folder_digest(tmp_path / "sub") == digest
+    assert (_values(tmp_path / "a.onnx")["w"] == 1.0).all()
+
+
+def test_the_result_prints_as_the_number_it_was(tmp_path):
+    """str() and f-strings of the result give the bytes written, as the int did."""
+    path = _gemm(tmp_path)
+    result = onnxl.align_external_data_streaming(path, tmp_path / "o.onnx")
+    assert str(result) == f"{result}" == str(result.size) and "size=" in repr(result)
+
+
+def test_numpy_integers_are_accepted(tmp_path):
+    path = _gemm(tmp_path)
+    result = onnxl.align_external_data_streaming(
+        path, tmp_path / "o.onnx", alignment=np.int64(64), chunk_size=np.int32(65536)
+    )
+    assert all(off % 64 == 0 for _, off, _ in external_offsets(tmp_path / "o.onnx"))
+    assert result > 0
+
+
+def test_external_sparse_values_come_back_inline(tmp_path):
+    """Sparse values loaded with skip_raw_data are references: copied, they come back
+    inline (onnx never loads external sparse values)."""
+    values = numpy_helper.from_array(np.arange(600, dtype=np.float32), "values")
+    indices = numpy_helper.from_array(np.arange(600, dtype=np.int64) * 2, "indices")
+    sparse = helper.make_sparse_tensor(values, indices, [1200])
+    graph = helper.make_graph([], "g", [], [], sparse_initializer=[sparse])
+    onnx.save(helper.make_model(graph), str(tmp_path / "m.onnx"))
+    view = onnxl.load(tmp_path / "m.onnx", load_external_data=False, skip_raw_data=True)
+    (tmp_path / "out").mkdir()
+    opts = onnxl.SerializeOptions(use_external_data_location=False, base_dir=tmp_path / "m.onnx")
+    onnxl.save(view, tmp_path / "out" / "m.onnx", "m.onnx.data", options=opts)
+    onnx.save(view, str(tmp_path / "view.onnx"))
+    onnxl.align_external_data_streaming(tmp_path / "view.onnx", tmp_path / "out" / "a.onnx")
+    for name in ("m.onnx", "a.onnx"):
+        got = onnx.load(str(tmp_path / "out" / name)).graph.sparse_initializer[0].values
+        assert got.data_location == TensorProto.DEFAULT
+        np.testing.assert_array_equal(numpy_helper.to_array(got), np.arange(600, dtype=np.float32))

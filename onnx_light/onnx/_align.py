@@ -43,16 +43,8 @@ from ._writer import write_pieces
 SINGLE_FILE_THRESHOLD = 1024  # onnx.save's own size_threshold
 
 
-def _check_args(
-    alignment: object, chunk_size: object, size_threshold: object, progress: object
-) -> int:
-    """The arguments' one validation (shared with save); returns the alignment (0 -> 1)."""
-    alignment = check_alignment(alignment)
-    check_chunk_size(chunk_size)
-    if size_threshold is not None:
-        check_size_threshold(size_threshold)
-    check_progress(progress)
-    return alignment
+def _optional(check, value, *args):
+    return None if value is None else check(value, *args)
 
 
 class AlignResult(int):
@@ -89,13 +81,29 @@ class AlignResult(int):
     unreferenced: list[str]
     removed: list[str]
 
+    _FIELDS = (
+        "size",
+        "moved",
+        "typed",
+        "inline",
+        "inlined",
+        "threshold",
+        "weights_paths",
+        "unreferenced",
+        "removed",
+    )
+
     def __new__(cls, size: int, **fields) -> AlignResult:
         self = super().__new__(cls, size)
-        self.size = size
-        defaults = {"typed": 0, "inlined": 0, "unreferenced": [], "removed": []}
-        for name, value in {**defaults, **fields}.items():
-            setattr(self, name, value)
+        values = {"size": size, "typed": 0, "inlined": 0, "unreferenced": [], "removed": []}
+        values.update(fields)
+        for name in cls._FIELDS:  # in one order, for the repr
+            setattr(self, name, values.pop(name))
+        if values:
+            raise TypeError(f"AlignResult has no field {sorted(values)}")
         return self
+
+    __str__ = int.__repr__  # print(result), f"{result}": the number, as before
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
@@ -128,11 +136,14 @@ def align_model(
     Returns:
         An :class:`AlignResult`.
     """
-    alignment = _check_args(alignment, chunk_size, size_threshold, progress)
-    check_max_shard_size(max_shard_size)
+    # each setting through its one check (shared with save and the CLI), as plain ints
+    alignment = check_alignment(alignment)  # 0 -> 1: dense
+    chunk_size = check_chunk_size(chunk_size)
+    size_threshold = _optional(check_size_threshold, size_threshold)
+    inline_below = _optional(check_size_threshold, inline_below, "inline_below")
+    max_shard_size = check_max_shard_size(max_shard_size)
+    check_progress(progress)
     check_shard_naming(shard_naming)
-    if inline_below is not None:
-        check_size_threshold(inline_below, "inline_below")
     src = os.path.abspath(os.fsdecode(src_onnx_path))
     dst = destination_path(dst_onnx_path)
     if dst_weights_path is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 
 from ._layout import check_shard_naming
@@ -11,14 +12,14 @@ MAX_CHUNK_SIZE = 2**30  # the kernel moves at most ~2 GiB per call anyway
 
 
 def _int(value: object, name: str, what: str) -> int:
-    """``value`` when it is an int (not a bool).
+    """``value`` as an int when it is an integer (``int``, ``numpy.int64``...), not a bool.
 
     Raises:
         TypeError: any other type, naming the argument and what it must be.
     """
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
-    return value
+    return int(value)
 
 
 def check_alignment(value: object) -> int:
@@ -98,7 +99,8 @@ def check_num_threads(value: object, files: int = 1) -> int:
     """
     if value is None:
         return max(1, min(4, os.cpu_count() or 1, files))
-    if _int(value, "num_threads", "None or an int >= 1") < 1:
+    value = _int(value, "num_threads", "None or an int >= 1")
+    if value < 1:
         raise ValueError(f"num_threads must be None or an int >= 1, got {value!r}")
     return value
 
@@ -114,7 +116,8 @@ def check_size_threshold(value: object, name: str = "size_threshold") -> int:
         TypeError: when it is not an int.
         ValueError: when it is < 0.
     """
-    if _int(value, name, "an int >= 0") < 0:
+    value = _int(value, name, "an int >= 0")
+    if value < 0:
         raise ValueError(f"{name} must be at least 0 bytes, got {value!r}")
     return value
 
@@ -128,8 +131,9 @@ def check_max_shard_size(value: object) -> int | None:
     """
     if value is None:
         return None
-    if _int(value, "max_shard_size", "None or an int >= 1 (bytes)") < 1:
-        raise ValueError(f"max_shard_size must be at least 1 byte (or None), got {value!r}")
+    value = _int(value, "max_shard_size", "None or an int >= 1 (bytes)")
+    if value < 1:
+        raise ValueError(f"max_shard_size must be at least 1 byte, got {value!r}")
     return value
 
 
@@ -213,7 +217,7 @@ class SerializeOptions:
     @alignment.setter
     def alignment(self, value: int) -> None:
         check_alignment(value)
-        self._alignment = value  # 0 stays 0 (dense), as given
+        self._alignment = int(value)  # 0 stays 0 (dense), as given
 
     @property
     def size_threshold(self) -> int:
@@ -229,9 +233,7 @@ class SerializeOptions:
 
     @num_threads.setter
     def num_threads(self, value: int | None) -> None:
-        if value is not None:
-            check_num_threads(value)
-        self._num_threads = value
+        self._num_threads = None if value is None else check_num_threads(value)
 
     @property
     def max_shard_size(self) -> int | None:

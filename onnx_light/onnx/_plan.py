@@ -151,8 +151,8 @@ def plan_tensors(
                 plan.inlined += 1
             elif external == KEEP:
                 plan.kept.append(ref)
-            else:
-                plan.copy(ref, into_weights=external == MOVE)
+            else:  # sparse tensors inline: onnx never loads external sparse values
+                plan.copy(ref, into_weights=external == MOVE and not site.in_sparse)
             continue
         if tensor.HasField("raw_data"):
             size = tensor_nbytes(tensor)

@@ -85,8 +85,9 @@ def files_read_by(model_path: str, listings: Listings) -> set[str]:
 def readers(
     paths: list[str], root: str, skip: set[str], listings: Listings
 ) -> tuple[dict[str, str], list[str]]:
-    """The models that read ``paths``: every ``.onnx`` of ``root`` and of the folders
-    between ``root`` and each path, but those in ``skip``.
+    """The models that read ``paths``: every ``.onnx`` of ``root``, of the folders
+    between ``root`` and each path, and of the folders above ``root`` (a model
+    there may record ``sub/w.data``), but those in ``skip``.
 
     Args:
         paths: the files asked about.
@@ -107,6 +108,10 @@ def readers(
         while is_inside(folder, root) and folder not in folders:
             folders.add(folder)
             folder = os.path.dirname(folder)
+    folder = root  # a model above may reference sub/w.data: every folder up to /
+    while os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+        folders.add(folder)
     found: dict[str, str] = {}
     unreadable: list[str] = []
     for folder in sorted(folders):

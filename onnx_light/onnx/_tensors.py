@@ -266,4 +266,5 @@ def typed_bytes(site: TensorSite) -> bytes | None:
     try:
         return typed_raw_bytes(site.tensor)
     except ValueError as e:
-        raise ExternalDataError(f"tensor {site.label}: cannot be moved: {e}") from None
+        reason = str(e).removeprefix(f"tensor {site.tensor.name!r}: ")
+        raise ExternalDataError(f"tensor {site.label}: cannot be moved: {reason}") from None
