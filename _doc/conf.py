@@ -96,7 +96,7 @@ html_theme_options = {
 html_sidebars = {
     "index": [],
     "benchmarks": [],
-    "auto_examples/plot_*": [],
+    "auto_examples/*/plot_*": [],
     "design/security": [],
 }
 html_context = {"default_mode": "light"}
@@ -111,6 +111,8 @@ sphinx_gallery_conf = {
     "examples_dirs": "../examples",
     "gallery_dirs": "auto_examples",
     "filename_pattern": "plot_",  # run every example
+    # Getting started first, then the benchmarks
+    "subsection_order": ["../examples/getting_started", "../examples/benchmarks"],
     "within_subsection_order": "FileNameSortKey",
     "image_scrapers": ("matplotlib",),
     "reset_modules": ("matplotlib",),

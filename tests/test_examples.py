@@ -1,6 +1,6 @@
 """Every gallery example runs on its own, at small sizes, without error.
 
-Each ``examples/plot_*.py`` runs in a fresh interpreter with
+Each ``examples/*/plot_*.py`` runs in a fresh interpreter with
 ``UNITTEST_GOING=1`` (small models) and ``MPLBACKEND=Agg`` (no display), from
 an empty temporary folder so a script that writes next to itself is caught.
 """
@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-SCRIPTS = sorted(EXAMPLES.glob("plot_*.py"))
+SCRIPTS = sorted(EXAMPLES.glob("*/plot_*.py"))
 TIMEOUT = 600
 
 
 def test_examples_found():
-    assert SCRIPTS, f"no examples/plot_*.py under {EXAMPLES}"
+    assert SCRIPTS, f"no examples/*/plot_*.py under {EXAMPLES}"
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
+@pytest.mark.parametrize("script", SCRIPTS, ids=[f"{s.parent.name}/{s.name}" for s in SCRIPTS])
 def test_example_runs(script: Path, tmp_path: Path):
     env = dict(os.environ, UNITTEST_GOING="1", MPLBACKEND="Agg")
     root = str(EXAMPLES.parent)

@@ -81,7 +81,7 @@ def check_num_threads(value: object, files: int = 1) -> int:
     """Validate ``num_threads`` and resolve ``None`` to an automatic count.
 
     The automatic count is one thread per file, at most 4 and the number of
-    CPUs. Measured here (``examples/plot_threads_load_save.py``): threads pay
+    CPUs. Measured here (``examples/benchmarks/plot_threads_load_save.py``): threads pay
     off when many files are read (one file per tensor, cold cache); on one
     file more threads only contend, since the kernel serialises buffered
     writes to a file and page-cache reads are bound by memory.
