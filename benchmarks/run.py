@@ -3,7 +3,9 @@
 Writes the source models once into a work dir, then for each round, for each
 size: reads the sources once (warm page cache), and runs every operation in a
 fresh process (``worker.py``), interleaved (every round runs each operation
-once, in a new seeded order). The re-align rows run again on XFS and btrfs
+once, in a new seeded order): the method of :mod:`onnx_light.bench.rounds`,
+which the gallery uses too (its page cache warming, memory priming and
+free-page reporting hold come from there). The re-align rows run again on XFS and btrfs
 images, loop-mounted (as root, with mkfs.xfs / mkfs.btrfs; skipped with the
 reason otherwise), with their sources copied there.
 Prints the results table and writes ``benchmarks/results/<name>.md``,
@@ -35,6 +37,7 @@ import sources
 from suite import GROUPS, ROWS, TIMELINE, fs_plan, plan
 
 from onnx_light.bench.filesystems import loop_mount, unavailable
+from onnx_light.bench.rounds import hold_free_pages, prime, warm
 from onnx_light.onnx._fs import copy_policy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -129,41 +132,6 @@ def run_worker(op: str, workdir: str, size: str, timeout: float) -> dict | None:
     return record
 
 
-def _free() -> int:
-    """Memory nobody uses, not even the page cache (``MemFree``)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemFree:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def prime(nbytes: int) -> None:
-    """Touch ``nbytes`` of fresh memory, then free it (see :func:`held_free_pages`).
-
-    A VM that reports free memory to its host keeps the reported pages at
-    the end of the free lists: memory freed just now is what the next
-    process gets, and it is backed, where memory free for long may not be.
-    Only free memory is touched: evicting the warm sources from the page
-    cache would make the next operation read them from disk.
-    """
-    import mmap
-
-    nbytes = min(nbytes, max(0, _free() - 1024**3))
-    if nbytes <= 0:
-        return
-    page = mmap.PAGESIZE
-    m = mmap.mmap(-1, nbytes)
-    try:
-        for off in range(0, nbytes, page):
-            m[off] = 1
-    finally:
-        m.close()
-
-
 def measure(args, todo) -> dict:
     """Run every round; return ``{(size label, op): [record or None per round]}``.
 
@@ -177,7 +145,7 @@ def measure(args, todo) -> dict:
         for label, workdir, size, ops in todo:
             paths = sources.Paths(workdir, size)
             t0 = time.perf_counter()
-            n = sources.warm(paths.files(sources.KINDS))
+            n = warm(paths.files(sources.KINDS))
             log(
                 f"[round {r + 1}/{args.rounds}] {label}: page cache warmed "
                 f"({n / sources.MiB:.0f} MiB read in {time.perf_counter() - t0:.1f} s)"
@@ -194,7 +162,7 @@ def measure(args, todo) -> dict:
                     prime(2 * sources.nbytes(size))
                 # the sources again: an earlier operation's output may have pushed
                 # some of them out of the page cache
-                sources.warm(paths.files(sources.KINDS))
+                warm(paths.files(sources.KINDS))
                 os.sync()  # no write-back of earlier outputs during this one
                 rec = run_worker(op, workdir, size, args.timeout)
                 records[(label, op)].append(rec)
@@ -221,42 +189,6 @@ def _fs_name(path: str) -> str:
         os.close(fd)
 
 
-PAGE_REPORTING = "/sys/module/page_reporting/parameters/min_free_ms"
-HOLD_FREE_MS = 120_000  # the largest this kernel took was between 120 and 600 s
-
-
-@contextlib.contextmanager
-def held_free_pages():
-    """Keep freed memory in the guest during the run, where a VM reports it to its host.
-
-    Some virtual machines hand every freed block back to the host at once
-    (``page_reporting`` with ``min_free_ms=0``); the next process that touches
-    such memory faults at the host's level, and a copy into the page cache
-    then runs 2 to 10 times slower, at random. As root, the delay before a
-    free block is reported is raised for the run and put back afterwards.
-
-    Yields:
-        A sentence for the report's footer (None when nothing was changed).
-    """
-    try:
-        with open(PAGE_REPORTING) as f:
-            before = f.read().strip()
-        with open(PAGE_REPORTING, "w") as f:
-            f.write(str(HOLD_FREE_MS))
-    except OSError as e:
-        log(f"free-page reporting left as it is ({e})")
-        yield None
-        return
-    try:
-        yield (
-            f"Free-page reporting to the host delayed from {before} ms to {HOLD_FREE_MS} ms "
-            "during the run (restored after), so freed memory stays backed."
-        )
-    finally:
-        with open(PAGE_REPORTING, "w") as f:
-            f.write(before)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     main_plan = plan(args.groups, args.sizes_of)
@@ -270,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     headings = {None: f"{_fs_name(workdir)} (the work dir, {workdir})"}
     try:
         with contextlib.ExitStack() as stack:
-            held = args.held = stack.enter_context(held_free_pages())
+            held = args.held = stack.enter_context(hold_free_pages())
             if held:
                 held += (
                     " Before each measurement, twice the model's size of memory is touched "

@@ -214,19 +214,8 @@ def cool(root: str, keep: str) -> None:
     """Drop from the page cache every source of ``root`` but those of size ``keep``.
 
     The cache then holds what the next measurement reads, and the rest of the
-    memory is free (see ``run.prime``), without root (``posix_fadvise``).
+    memory is free (see :func:`onnx_light.bench.rounds.prime`), without root (``posix_fadvise``).
     """
     for size in SIZES:
         if size != keep:
             evict(Paths(root, size).files(KINDS))
-
-
-def warm(files: list[str], chunk: int = 8 * MiB) -> int:
-    """Read every file once so it sits in the page cache; return the bytes read."""
-    buf = bytearray(chunk)
-    total = 0
-    for path in files:
-        with open(path, "rb", buffering=0) as f:
-            while n := f.readinto(buf):
-                total += n
-    return total

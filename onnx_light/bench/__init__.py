@@ -8,6 +8,9 @@
   tree ensemble (metadata only, millions of fields), and a model of many
   tiny tensors;
 - ``onnx_light.bench.filesystems``: XFS and btrfs images, loop-mounted;
+- ``onnx_light.bench.rounds``: the measuring method of the gallery and
+  ``make bench``: each operation in a process of its own, interleaved
+  rounds, the spread kept;
 - ``onnx_light.bench.timing``: the best wall time of several runs;
 - ``onnx_light.bench.cache``: files dropped from the page cache;
 - ``onnx_light.bench.compare``: a ranking stated only when it holds
@@ -31,6 +34,7 @@ from .models import (
     model_inputs,
     weights_nbytes,
 )
+from .rounds import Rounds, Run, default_rounds, measure_rounds
 from .status import read_status
 from .timeline import RssTimeline, Sample
 from .timing import best_time, default_repeat
@@ -38,17 +42,21 @@ from .timing import best_time, default_repeat
 __all__ = [
     "Comparison",
     "PeakMemory",
+    "Rounds",
     "RssTimeline",
+    "Run",
     "Sample",
     "best_time",
     "compare",
     "default_repeat",
+    "default_rounds",
     "describe_machine",
     "evict",
     "make_forest_model",
     "make_gemm_model",
     "make_many_tensors_model",
     "measure_peak",
+    "measure_rounds",
     "model_inputs",
     "read_status",
     "release_free_memory",

@@ -37,8 +37,11 @@ class Comparison:
 
     @property
     def ratio(self) -> float:
-        """Median of ``a`` over median of ``b``."""
-        return statistics.median(self.a) / statistics.median(self.b)
+        """Median of ``a`` over median of ``b`` (infinite when only ``b``'s is 0)."""
+        a, b = statistics.median(self.a), statistics.median(self.b)
+        if b == 0:
+            return 1.0 if a == 0 else float("inf")
+        return a / b
 
     @property
     def separated(self) -> bool:
@@ -64,12 +67,16 @@ class Comparison:
                 f"machine's noise: their rounds overlap ({rounds})."
             )
         low, high = (self.name_a, self.name_b) if self.ratio < 1 else (self.name_b, self.name_a)
-        factor = 1 / self.ratio if self.ratio < 1 else self.ratio
-        return (
-            f"{low} took less than {high}: {factor:.2f}x less, median over median, every "
-            f"round of one below every round of the other ({spread_a} against {spread_b}, "
-            f"{rounds})."
+        factor = self.ratio if self.ratio >= 1 else (1 / self.ratio if self.ratio else float("inf"))
+        beyond = (
+            f"median over median, every round of one below every round of the other "
+            f"({spread_a} against {spread_b}, {rounds})"
         )
+        if factor == float("inf"):
+            return f"{low} used less than {high}: {high} used more, {beyond}."
+        if self.unit == "s":
+            return f"{low} was faster than {high}: {high} took {factor:.2f}x as long, {beyond}."
+        return f"{low} used less than {high}: {high} used {factor:.2f}x as much, {beyond}."
 
 
 def compare(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import statistics
+from collections.abc import Mapping, Sequence
 
 
 def summary_bars(
     labels: Sequence[str],
-    values: Sequence[float],
+    values: Sequence[float] | Mapping[str, Sequence[float]],
     unit: str,
     title: str,
     reference: float | None = None,
@@ -17,11 +18,13 @@ def summary_bars(
 
     Made to be read small (large fonts, few bars): the first figure of each
     gallery example, which sphinx-gallery also uses as its thumbnail. A bar
-    whose value rounds to zero still shows its number.
+    whose value rounds to zero still shows its number. Given rounds, a bar is
+    their median and a black line spans their min-max.
 
     Args:
         labels: one per bar, top to bottom.
-        values: the bars' lengths.
+        values: the bars' lengths, one per label, or ``{label: rounds}``
+            (e.g. :meth:`~onnx_light.bench.Rounds.seconds` of each).
         unit: what the values count, shown after each value and on the axis.
         title: the figure's title.
         reference: an optional vertical dashed line (e.g. the model's size).
@@ -32,16 +35,38 @@ def summary_bars(
     """
     import matplotlib.pyplot as plt
 
+    if isinstance(values, Mapping):
+        rounds = [list(values[label]) for label in labels]
+        mids = [statistics.median(r) for r in rounds]
+        err = [
+            [m - min(r) for m, r in zip(mids, rounds)],
+            [max(r) - m for m, r in zip(mids, rounds)],
+        ]
+        texts = [
+            f"{m:.3g} {unit}" + (f" ({min(r):.3g}-{max(r):.3g})" if len(r) > 1 else "")
+            for m, r in zip(mids, rounds)
+        ]
+        top_value = max(max(r) for r in rounds)
+    else:
+        mids, err = list(values), None
+        texts = [f"{v:.3g} {unit}" for v in mids]
+        top_value = max(mids, default=0)
     fig, ax = plt.subplots(figsize=(7, 0.55 * len(labels) + 1.6))
     y = list(range(len(labels)))
-    bars = ax.barh(y, values, color=[f"C{i % 10}" for i in y])
-    ax.bar_label(bars, labels=[f"{v:.3g} {unit}" for v in values], padding=4, fontsize=12)
+    top = max(top_value, reference or 0, 1e-12)
+    bars = ax.barh(y, mids, color=[f"C{i % 10}" for i in y])
+    if err is None:
+        ax.bar_label(bars, labels=texts, padding=4, fontsize=12)
+    else:  # the value after the end of its min-max line, where the line cannot hide it
+        ax.errorbar(mids, y, xerr=err, fmt="none", ecolor="black", capsize=4, lw=1.2)
+        for yi, m, hi, text in zip(y, mids, err[1], texts):
+            ax.text(m + hi + 0.02 * top, yi, text, va="center", fontsize=12)
     ax.set_yticks(y, labels, fontsize=12)
     ax.invert_yaxis()
     ax.set_title(title, fontsize=13)
-    ax.set_xlabel(unit, fontsize=12)
-    top = max([*values, reference or 0, 1e-12])
-    ax.set_xlim(0, top * 1.35)
+    xlabel = unit if err is None else f"{unit} (median, line: min-max over rounds)"
+    ax.set_xlabel(xlabel, fontsize=12)
+    ax.set_xlim(0, top * (1.35 if err is None else 1.6))
     if reference is not None:
         ax.axvline(reference, color="k", ls="--", lw=1, label=reference_label)
         ax.legend(fontsize=11, loc="lower right")

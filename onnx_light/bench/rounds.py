@@ -1,0 +1,306 @@
+"""One measuring method for the gallery and ``make bench``: fresh processes, interleaved rounds.
+
+On a shared machine one run can be 2x off, and a run measured in the process
+that ran the previous one inherits its allocator, its caches and its page
+faults. So every measurement here is made
+
+- in a **process of its own**: a child forked from the caller, so it starts
+  from the caller's state and nothing an earlier run allocated (a save that
+  changes its model changes the child's copy only);
+- in **interleaved rounds**: every operation once per round, in a new seeded
+  order each round (the first in the given order), so a slow minute of the
+  machine hits every operation, not one;
+- with the **page cache warm** (the given files read just before) unless the
+  caller evicts them, with **earlier writes flushed** (``sync``) so their
+  write-back does not land in the next run, and, where the machine hands freed
+  memory back to its host (a VM's free-page reporting), with that reporting
+  **held** for the whole measure and fresh memory **primed** before each run
+  (:func:`hold_free_pages`).
+
+Each run reports its wall time and its peak RSS growth from the kernel
+(:class:`~onnx_light.bench.PeakMemory`); the spread over the rounds is kept,
+and :meth:`Rounds.compare` states a ranking only when it holds beyond it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import mmap
+import os
+import random
+import statistics
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from .compare import Comparison, compare
+from .memory import PeakMemory
+from .timeline import RssTimeline, Sample
+
+MiB = 2**20
+PAGE_REPORTING = "/sys/module/page_reporting/parameters/min_free_ms"
+HOLD_FREE_MS = 120_000  # the largest delay this kernel took was between 120 and 600 s
+
+
+def default_rounds() -> int:
+    """Rounds per measure: 5, or 1 in a quick run (``UNITTEST_GOING=1``).
+
+    Five rounds give a spread a ranking can be tested against
+    (:data:`~onnx_light.bench.compare.MIN_ROUNDS` is 3).
+    """
+    return 1 if os.environ.get("UNITTEST_GOING", "0") == "1" else 5
+
+
+def warm(paths: Iterable[str], chunk: int = 8 * MiB) -> int:
+    """Read every file once so it sits in the page cache; return the bytes read."""
+    buf = bytearray(chunk)
+    total = 0
+    for path in paths:
+        with open(path, "rb", buffering=0) as f:
+            while n := f.readinto(buf):
+                total += n
+    return total
+
+
+def _free() -> int:
+    """Memory nobody uses, not even the page cache (``MemFree``), in bytes."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemFree:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def prime(nbytes: int) -> None:
+    """Touch ``nbytes`` of fresh memory, then free it.
+
+    A VM that reports free memory to its host keeps the reported pages at the
+    end of the free lists: memory freed just now is what the next process
+    gets, and it is backed, where memory free for long may not be. Only free
+    memory is touched (1 GiB is left): evicting warm sources from the page
+    cache would make the next operation read them from disk.
+    """
+    nbytes = min(nbytes, max(0, _free() - 1024**3))
+    if nbytes <= 0:
+        return
+    m = mmap.mmap(-1, nbytes)
+    try:
+        for off in range(0, nbytes, mmap.PAGESIZE):
+            m[off] = 1
+    finally:
+        m.close()
+
+
+@contextlib.contextmanager
+def hold_free_pages() -> Iterator[str | None]:
+    """Keep freed memory in the guest while measuring, where a VM reports it to its host.
+
+    Some virtual machines hand every freed block back to the host at once
+    (``page_reporting`` with ``min_free_ms=0``); the next process touching
+    such memory faults at the host's level, and a copy into the page cache
+    then runs 2 to 10 times slower, at random. As root, the delay before a
+    free block is reported is raised for the measure and put back after.
+
+    Yields:
+        A sentence saying what was changed, or None when nothing was (not
+        root, or no free-page reporting on this machine).
+    """
+    try:
+        with open(PAGE_REPORTING) as f:
+            before = f.read().strip()
+        with open(PAGE_REPORTING, "w") as f:
+            f.write(str(HOLD_FREE_MS))
+    except OSError:
+        yield None
+        return
+    try:
+        yield (
+            f"Free-page reporting to the host delayed from {before} ms to {HOLD_FREE_MS} ms "
+            "during the run (restored after), so freed memory stays backed."
+        )
+    finally:
+        with open(PAGE_REPORTING, "w") as f:
+            f.write(before)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured call.
+
+    Attributes:
+        name: the operation.
+        round: its round, from 0.
+        seconds: wall time.
+        peak: peak RSS growth in bytes, from the kernel.
+        samples: RSS over time (``timeline=True`` only, else empty).
+    """
+
+    name: str
+    round: int
+    seconds: float
+    peak: int
+    samples: tuple[Sample, ...] = field(default=(), repr=False)
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """Every run of a measure, and what may be said of them.
+
+    Attributes:
+        runs: the runs in the order they were made.
+        held: what :func:`hold_free_pages` changed (None: nothing).
+    """
+
+    runs: tuple[Run, ...]
+    held: str | None = None
+
+    @property
+    def names(self) -> list[str]:
+        """The operations, in the order they were given."""
+        return list(dict.fromkeys(r.name for r in sorted(self.runs, key=lambda r: r.round)))
+
+    def seconds(self, name: str) -> list[float]:
+        """Wall times of ``name``, one per round."""
+        return [r.seconds for r in self.runs if r.name == name]
+
+    def peaks(self, name: str, scale: float = MiB) -> list[float]:
+        """Peak RSS growths of ``name``, one per round, in units of ``scale`` bytes."""
+        return [r.peak / scale for r in self.runs if r.name == name]
+
+    def samples(self, name: str) -> tuple[Sample, ...]:
+        """The RSS timeline of ``name``'s last round (empty without ``timeline=True``)."""
+        runs = [r for r in self.runs if r.name == name]
+        return runs[-1].samples if runs else ()
+
+    def summary(self) -> list[dict]:
+        """One row per operation: rounds, median and min-max of seconds and of peak MiB."""
+        rows = []
+        for name in self.names:
+            secs, peaks = self.seconds(name), self.peaks(name)
+            rows.append(
+                {
+                    "operation": name,
+                    "rounds": len(secs),
+                    "seconds (median)": statistics.median(secs),
+                    "seconds (min-max)": f"{min(secs):.3g}-{max(secs):.3g}",
+                    "peak MiB (median)": statistics.median(peaks),
+                    "peak MiB (min-max)": f"{min(peaks):.3g}-{max(peaks):.3g}",
+                }
+            )
+        return rows
+
+    def compare(self, a: str, b: str, what: str = "seconds") -> Comparison:
+        """The ranking of ``a`` and ``b`` on ``what`` ("seconds" or "peak", in MiB)."""
+        if what == "seconds":
+            return compare(a, self.seconds(a), b, self.seconds(b), "s")
+        if what == "peak":
+            return compare(a, self.peaks(a), b, self.peaks(b), "MiB")
+        raise ValueError(f"what must be 'seconds' or 'peak', not {what!r}")
+
+
+def _child(fn: Callable[[], object], timeline: bool, out: int) -> None:
+    """In the forked child: measure ``fn()``, write one JSON line to ``out``, exit."""
+    code = 0
+    try:
+        tl = RssTimeline(interval=0.002) if timeline else contextlib.nullcontext()
+        with PeakMemory() as pm, tl as samples:
+            fn()
+        record = {"seconds": pm.seconds, "peak": pm.growth}
+        if timeline:
+            record["samples"] = [[s.t, s.rss, s.anon, s.file] for s in samples.samples]
+    except BaseException:  # noqa: BLE001 - reported to the parent, whatever it was
+        record, code = {"error": traceback.format_exc()}, 1
+    try:
+        data = json.dumps(record).encode()
+        while data:
+            data = data[os.write(out, data) :]
+    finally:
+        os._exit(code)
+
+
+def _fork_run(name: str, fn: Callable[[], object], timeline: bool) -> dict:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child never returns
+        os.close(read_end)
+        _child(fn, timeline, write_end)
+    os.close(write_end)
+    chunks = []
+    with os.fdopen(read_end, "rb") as f:
+        while chunk := f.read(1 << 16):
+            chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    try:
+        record = json.loads(b"".join(chunks) or b"{}")
+    except ValueError:
+        record = {}
+    if os.waitstatus_to_exitcode(status) != 0 or "seconds" not in record:
+        detail = record.get("error") or f"exit status {os.waitstatus_to_exitcode(status)}"
+        raise RuntimeError(f"measuring {name!r} failed in its process:\n{detail}")
+    return record
+
+
+def measure_rounds(
+    cases: Mapping[str, Callable[[], object]],
+    *,
+    rounds: int | None = None,
+    warm_files: Iterable[str] = (),
+    before: Callable[[str], object] | None = None,
+    timeline: bool = False,
+    prime_bytes: int = 0,
+    seed: int = 0,
+) -> Rounds:
+    """Measure every case in a process of its own, in interleaved rounds.
+
+    Before each run, in this process and not measured: ``warm_files`` are read
+    (the page cache warm), ``before(name)`` runs (e.g. empty the case's
+    destination, or evict files for a cold read), fresh memory is primed when
+    free-page reporting is held, and ``sync`` flushes earlier writes.
+
+    Args:
+        cases: name -> a call without arguments; it runs in a forked child.
+        rounds: rounds (None: :func:`default_rounds`).
+        warm_files: files to have in the page cache before each run.
+        before: called with the case's name before each of its runs.
+        timeline: also sample RSS every 2 ms (:meth:`Rounds.samples`).
+        prime_bytes: memory to prime before each run where free-page
+            reporting is held (e.g. twice the model's size).
+        seed: the seed of the rounds' orders.
+
+    Returns:
+        A :class:`Rounds`.
+
+    Raises:
+        RuntimeError: a case raised in its process (its traceback in the message).
+        ValueError: no case, or ``rounds`` < 1.
+    """
+    if not cases:
+        raise ValueError("measure_rounds needs at least one case")
+    rounds = default_rounds() if rounds is None else rounds
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, not {rounds}")
+    warm_files = list(warm_files)
+    runs = []
+    with hold_free_pages() as held:
+        for r in range(rounds):
+            order = list(cases)
+            if r:
+                random.Random(seed * 1000 + r).shuffle(order)
+            for name in order:
+                warm(warm_files)
+                if before is not None:
+                    before(name)
+                if held is not None and prime_bytes:
+                    prime(prime_bytes)
+                os.sync()
+                rec = _fork_run(name, cases[name], timeline)
+                samples = tuple(Sample(*s) for s in rec.get("samples", ()))
+                runs.append(Run(name, r, rec["seconds"], rec["peak"], samples))
+    return Rounds(tuple(runs), held)
