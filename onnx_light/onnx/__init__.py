@@ -28,6 +28,7 @@ from onnx import (
 )
 
 from ._align import AlignResult
+from ._edit import save_edited
 from ._errors import ExternalDataError
 from ._io import load, save
 from ._options import SerializeOptions
@@ -53,5 +54,6 @@ __all__ = [
     "load",
     "numpy_helper",
     "save",
+    "save_edited",
     "save_model_with_shared_external_data",
 ]

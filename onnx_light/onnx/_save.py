@@ -48,6 +48,7 @@ class SavePlan:
     overwrite_hint = (
         "save elsewhere, or re-align in place with align_external_data_streaming(src, src, ...)"
     )
+    keep_hint = None  # what a kept reference that fails to resolve says to do (None: save's)
 
     def __init__(
         self,
@@ -72,7 +73,8 @@ class SavePlan:
         folder = os.path.dirname(path)
         if options.use_external_data_location:
             keep = Resolver(folder, files)
-            resolve, external = (lambda site: _keep(keep, site)), KEEP
+            hint = self.keep_hint or _KEEP_HINT
+            resolve, external = (lambda site: _keep(keep, site, hint)), KEEP
         else:
             resolve = _base_resolver(options.base_dir, folder, files).resolve
             external = INLINE if location is None else MOVE
@@ -204,16 +206,16 @@ _KEEP_HINT = (
 )
 
 
-def _keep(resolver: Resolver, site) -> TensorRef:
-    """Check a reference the save keeps; a failure says how to copy the bytes instead."""
+def _keep(resolver: Resolver, site, hint: str = _KEEP_HINT) -> TensorRef:
+    """Check a reference the save keeps; a failure says what to do (``hint``)."""
     try:
         return resolver.resolve(site)
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"{e}{_KEEP_HINT}") from None
+        raise FileNotFoundError(f"{e}{hint}") from None
     except ExternalDataError as e:
         if e.reason != OUTSIDE:
             raise
-        raise ExternalDataError(f"{e}{_KEEP_HINT}") from None
+        raise ExternalDataError(f"{e}{hint}") from None
 
 
 def _base_resolver(base_dir, folder: str, files: SourceFiles) -> Resolver:

@@ -1,0 +1,178 @@
+"""save_edited: write a model edited without its weights, sharing them or as a compact copy.
+
+onnx's graph tools (shape inference, the checker, the version converter,
+``onnx.utils.Extractor``, ``onnx.compose``...) run on a model loaded with
+``load_external_data=False``: its external tensors are references relative to
+the source's folder. This module writes the result through the writers that
+already exist, so there is no second pipeline:
+
+- sharing the source's weights: the shared save (references kept verbatim,
+  new inline tensors into a small file), refused outside the source's folder;
+- a compact copy: :class:`~._save.SavePlan` with the references read from the
+  source (``base_dir``), every referenced byte range planned by
+  :func:`~._plan.plan_tensors`, copied file to file by the copy engine and
+  committed with the ``.onnx`` by :class:`~._atomic.AtomicFiles`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import onnx
+
+from ._align import default_weights
+from ._errors import shown
+from ._options import SerializeOptions, check_progress, check_size_threshold
+from ._save import SavePlan
+from ._sources import SourceFiles
+from ._targets import destination_path, real_entry
+
+
+class _SharingPlan(SavePlan):
+    overwrite_hint = "give the edited model another file name than the source's files"
+    keep_hint = (
+        "; with share_weights=True the edited model reads the source's weights as the "
+        "source does: restore the file, or check that the model was loaded from src_onnx_path"
+    )
+
+
+def _check_paths(src: str, dst: str, share_weights: bool) -> None:
+    """The source exists and is not the destination; a sharing copy lies beside it.
+
+    Raises:
+        FileNotFoundError: the source model is missing.
+        ValueError: the destination is the source, or (sharing) in another folder.
+    """
+    if not os.path.isfile(src):
+        raise FileNotFoundError(f"source model {shown(src)} does not exist")
+    if real_entry(src) == real_entry(dst) or (os.path.exists(dst) and os.path.samefile(src, dst)):
+        raise ValueError(
+            f"destination {shown(dst)} is the source model: save_edited never modifies "
+            "the source's files; write the edited model under another name"
+        )
+    if share_weights and not os.path.samefile(os.path.dirname(src), os.path.dirname(dst)):
+        raise ValueError(
+            f"share_weights=True writes {shown(dst)} with the source's references as they "
+            f"are, relative to the folder of {shown(src)}: they would not resolve from "
+            f"{shown(os.path.dirname(dst))} (onnx and onnxruntime refuse locations that leave "
+            "a model's folder); save beside the source, or pass share_weights=False for a "
+            "compact copy"
+        )
+
+
+def save_edited(
+    model: onnx.ModelProto,
+    src_onnx_path: str | os.PathLike,
+    dst_onnx_path: str | os.PathLike,
+    dst_weights_path: str | os.PathLike | None = None,
+    *,
+    share_weights: bool = False,
+    alignment: int = 4096,
+    size_threshold: int = 1024,
+    max_shard_size: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Save a model edited without its weights: sharing the source's weights, or a compact copy.
+
+    ``model`` was loaded with ``load(src_onnx_path, load_external_data=False)``
+    and edited with onnx's tools: its external tensors are references
+    relative to the source's folder. The tools may drop tensors
+    (``onnx.utils.Extractor``), rename them (``onnx.compose.add_prefix``) or
+    add inline ones (a new ``Constant``); the references they keep are
+    written as follows.
+
+    - ``share_weights=True``: the new ``.onnx`` keeps the references verbatim,
+      so it reads the source's weights files, which must therefore be in its
+      folder: the destination must lie in the source's folder (a destination
+      elsewhere is refused, since locations may not climb out of a model's
+      folder). No byte of the source's weights is read or written; new inline
+      tensors of at least ``size_threshold`` bytes go to ``dst_weights_path``.
+      Deleting the source's weights breaks the edited model.
+    - ``share_weights=False`` (default): a self-contained copy holding only
+      the bytes the edited model references, anywhere. Each referenced range is
+      copied file to file by the kernel into ``dst_weights_path`` at offsets
+      aligned to ``alignment``, as
+      :func:`~onnx_light.onnx.align_external_data_streaming` does (one range
+      shared by several tensors is copied once); inline tensors of at least
+      ``size_threshold`` bytes join them. Memory does not grow with the
+      weights' size.
+
+    Every reference is checked (file present, inside the folder, in range,
+    matching dtype x dims) before anything is written; the source's files are
+    never opened for writing, and the outputs are committed together
+    (temporary files, then renames). ``model`` is not modified.
+
+    Args:
+        model: the edited model, its external references relative to the
+            folder of ``src_onnx_path``.
+        src_onnx_path: the ``.onnx`` the model was loaded from.
+        dst_onnx_path: the new ``.onnx``; never the source itself.
+        dst_weights_path: its weights file, relative to the folder of
+            ``dst_onnx_path`` and inside it. None (default): ``DST.data``.
+            Created only when some tensor goes there.
+        share_weights: keep the references to the source's weights (True)
+            or write a compact copy (False).
+        alignment: offsets in the new weights file are multiples of it
+            (0 or 1: dense; else a power of two up to 1 GiB).
+        size_threshold: inline tensors of at least this many bytes go to the
+            new weights file (onnx.save's 1024 by default); smaller ones stay
+            inline.
+        max_shard_size: split the new weights into files of at most this
+            many bytes (named as onnx-ir names shards). None: one file.
+        progress: ``progress(done_bytes, total_bytes)`` while the new weights
+            are written, as in :func:`~onnx_light.onnx.align_external_data_streaming`.
+
+    Returns:
+        The size in bytes of the new weights file (padding included; the sum
+        of the shards), 0 when no tensor went there and no file was written.
+
+    Raises:
+        TypeError: ``model`` is not a ModelProto, a setting has the wrong
+            type, or ``progress`` is not callable.
+        ValueError: the destination is the source, a sharing destination is
+            outside the source's folder, a bad setting, or a weights path
+            outside the destination folder.
+        FileNotFoundError: the source model or a referenced data file is
+            missing (the message names the tensor and the path).
+        ExternalDataError: a reference is malformed, unsafe or out of range,
+            or a destination is a file the model reads (naming the tensor and
+            the file).
+        OSError: disk full or I/O error; nothing is left under the
+            destination names.
+
+    Examples:
+        Keep the first half of a model, as a compact copy, then rename its
+        input and write it beside the source, sharing its weights::
+
+            import onnx
+            import onnx_light.onnx as onnxl
+
+            model = onnxl.load("model.onnx", load_external_data=False)
+            model = onnx.shape_inference.infer_shapes(model)
+            half = onnx.utils.Extractor(model).extract_model(["X"], ["H1"])
+            onnxl.save_edited(half, "model.onnx", "out/half.onnx")  # only W0..B1
+
+            model.metadata_props.add(key="edited", value="yes")
+            onnxl.save_edited(model, "model.onnx", "tagged.onnx", share_weights=True)
+
+    .. versionadded:: 0.1
+    """
+    check_progress(progress)
+    src = os.path.abspath(os.fsdecode(src_onnx_path))
+    dst = destination_path(dst_onnx_path)
+    _check_paths(src, dst, bool(share_weights))
+    options = SerializeOptions(
+        alignment=alignment,
+        size_threshold=check_size_threshold(size_threshold),
+        use_external_data_location=bool(share_weights),
+        base_dir=None if share_weights else src,  # compact: references read from the source
+        max_shard_size=max_shard_size,
+    )
+    if dst_weights_path is None:
+        dst_weights_path = default_weights(dst)
+    with SourceFiles() as files:
+        plan = (_SharingPlan if share_weights else SavePlan)(
+            model, dst, dst_weights_path, options, files
+        )
+        return plan.write(progress=progress)
