@@ -70,6 +70,17 @@ def load(
             and the file's name is not valid UTF-8 (it could not be recorded
             as a location).
         ExternalDataError: a reference is malformed, unsafe or out of range.
+
+    Examples:
+        Load a model with its weights, as :func:`onnx.load` does, or only
+        its graph and the references to the weights (nothing else read)::
+
+            import onnx_light.onnx as onnxl
+
+            model = onnxl.load("model.onnx")  # every tensor's raw_data filled
+            meta = onnxl.load("model.onnx", load_external_data=False)
+            for init in meta.graph.initializer:
+                print(init.name, {e.key: e.value for e in init.external_data})
     """
     path = os.path.abspath(os.fsdecode(path))
     check_num_threads(num_threads)
@@ -130,6 +141,19 @@ def save(
             resolve from the destination folder.
         TypeError: ``model`` is not a ModelProto, or ``options`` not a
             :class:`SerializeOptions`.
+
+    Examples:
+        Save a model with its tensors of 1 KiB or more in
+        ``model.onnx.data``, each at an offset multiple of 4096, or as a
+        single file::
+
+            import onnx_light.onnx as onnxl
+            from onnx_light.bench import make_gemm_model
+
+            model = make_gemm_model(4, 256)  # 4 weights of 256 x 256
+            opts = onnxl.SerializeOptions(alignment=4096)
+            onnxl.save(model, "model.onnx", location="model.onnx.data", options=opts)
+            onnxl.save(model, "single.onnx")
     """
     options = check_options(options)
     check_progress(progress)

@@ -106,13 +106,19 @@ def align_external_data_streaming(
         OSError: disk full or I/O error; nothing is left under the destination names.
 
     Examples:
-        Re-align a model in place at 4096 bytes, its weights in
-        ``model.onnx.data``::
+        Re-align a model into a new pair of files, every external tensor at
+        an offset multiple of 4096, the weights in ``aligned.onnx.data``::
 
             from onnx_light.onnx import align_external_data_streaming
 
-            result = align_external_data_streaming("model.onnx", "model.onnx")
-            print(result.size, result.moved, result.unreferenced)
+            result = align_external_data_streaming("model.onnx", "aligned.onnx")
+            print(int(result), result.moved, result.weights_paths)
+
+        Or in place, at 65536 bytes (``model.onnx`` and its weights are
+        replaced atomically)::
+
+            result = align_external_data_streaming("model.onnx", "model.onnx", alignment=65536)
+            print(result.unreferenced)  # weights files no .onnx of the folder reads any more
 
     .. versionadded:: 0.1
     """
