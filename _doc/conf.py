@@ -457,6 +457,32 @@ def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None)
     return [inliner.problematic(rawtext, rawtext, msg)], [msg]
 
 
+# -- "Examples using ..." under every documented function and class ----------
+
+# sphinx-gallery writes, for each object of ``doc_module`` an example uses,
+# the list of those examples (``backreferences_dir``). Every function, class
+# and exception autodoc documents gets a ``minigallery`` of them at the end
+# of its docstring; the directive renders nothing, heading included, for an
+# object no example uses.
+MINIGALLERY_KINDS = {"function", "class", "exception"}
+
+
+def add_minigallery(app, what, name, obj, options, lines) -> None:
+    """``autodoc-process-docstring``: append ``.. minigallery:: NAME`` with a heading."""
+    if what not in MINIGALLERY_KINDS or not name.startswith("onnx_light."):
+        return
+    short = name.rsplit(".", 1)[-1]
+    lines.extend(
+        [
+            "",
+            f".. minigallery:: {name}",
+            f"   :add-heading: Examples using ``{short}``",
+            "   :heading-level: ^",
+            "",
+        ]
+    )
+
+
 def setup(app):
     app.add_directive("onnx-light-help", OnnxLightHelp)
     app.add_directive("markdown-report", MarkdownReport)
@@ -464,4 +490,5 @@ def setup(app):
     app.add_role("bench", bench_role)
     app.connect("builder-inited", check_api_pages)
     app.connect("missing-reference", literal_for_external)
+    app.connect("autodoc-process-docstring", add_minigallery)
     return {"parallel_read_safe": True}
