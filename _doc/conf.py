@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import re
 import sys
@@ -460,26 +461,34 @@ def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None)
 # -- "Examples using ..." under every documented function and class ----------
 
 # sphinx-gallery writes, for each object of ``doc_module`` an example uses,
-# the list of those examples (``backreferences_dir``). Every function, class
-# and exception autodoc documents gets a ``minigallery`` of them at the end
-# of its docstring; the directive renders nothing, heading included, for an
-# object no example uses.
+# the list of those examples (``backreferences_all.json`` in
+# ``backreferences_dir``, before any page is read). Every function, class
+# and exception autodoc documents that an example uses gets, at the end of
+# its docstring, a rubric and a ``minigallery`` of those examples; an object
+# no example uses gets nothing. A rubric, not the directive's own heading:
+# a heading opens a section, which would swallow a class's members.
 MINIGALLERY_KINDS = {"function", "class", "exception"}
 
 
+def _examples_using(app, name: str) -> bool:
+    """Whether some gallery example uses the object ``name``."""
+    path = os.path.join(
+        app.srcdir, app.config.sphinx_gallery_conf["backreferences_dir"], "backreferences_all.json"
+    )
+    try:
+        with open(path, encoding="utf-8") as f:
+            return bool(json.load(f).get(name))
+    except FileNotFoundError:
+        return False
+
+
 def add_minigallery(app, what, name, obj, options, lines) -> None:
-    """``autodoc-process-docstring``: append ``.. minigallery:: NAME`` with a heading."""
-    if what not in MINIGALLERY_KINDS or not name.startswith("onnx_light."):
+    """``autodoc-process-docstring``: append "Examples using NAME" and their thumbnails."""
+    if what not in MINIGALLERY_KINDS or not _examples_using(app, name):
         return
     short = name.rsplit(".", 1)[-1]
     lines.extend(
-        [
-            "",
-            f".. minigallery:: {name}",
-            f"   :add-heading: Examples using ``{short}``",
-            "   :heading-level: ^",
-            "",
-        ]
+        ["", f".. rubric:: Examples using ``{short}``", "", f".. minigallery:: {name}", ""]
     )
 
 
