@@ -218,11 +218,11 @@ entries = [
     [f"{b[:8]}...\n{size(os.path.join(blobs, b))}" for b in blob_names],
     [f"{n}\n{size(os.path.join(mine, n))}" for n in ("model.onnx", "model.onnx.data")],
 ]
-fig, ax = plt.subplots(figsize=(10, 4))
-xs = [0.15, 0.5, 0.85]
+fig, ax = plt.subplots(figsize=(10, 4.6))
+xs = [0.14, 0.5, 0.86]
 ys = [0.62, 0.25]
 for x, (title, color), texts in zip(xs, columns, entries, strict=True):
-    ax.text(x, 0.93, title, ha="center", va="center", fontsize=12, weight="bold")
+    ax.text(x, 0.93, title, ha="center", va="center", fontsize=14, weight="bold")
     for y, text in zip(ys, texts, strict=True):
         ax.text(
             x,
@@ -230,18 +230,18 @@ for x, (title, color), texts in zip(xs, columns, entries, strict=True):
             text,
             ha="center",
             va="center",
-            fontsize=12,
+            fontsize=14,
             bbox=dict(boxstyle="round,pad=0.6", facecolor=color, edgecolor="gray"),
         )
 for y in ys:
     ax.annotate("", (xs[1] - 0.12, y), (xs[0] + 0.13, y), arrowprops=dict(arrowstyle="->", ls="--"))
     ax.annotate("", (xs[2] - 0.12, y), (xs[1] + 0.1, y), arrowprops=dict(arrowstyle="->", lw=2))
-ax.text(0.325, 0.45, "points to", ha="center", fontsize=11, style="italic")
-ax.text(0.675, 0.45, "copied by\nonnx-light align", ha="center", fontsize=11, style="italic")
+ax.text(0.325, 0.45, "points to", ha="center", fontsize=13, style="italic")
+ax.text(0.675, 0.42, "copied by\nonnx-light align", ha="center", fontsize=13, style="italic")
 ax.set_xlim(0, 1)
 ax.set_ylim(0.05, 1)
 ax.axis("off")
-ax.set_title("Re-align out of a Hugging Face cache: read links, write your own files")
+ax.set_title("Out of a Hugging Face cache: read the links, write your own files", fontsize=14)
 fig.tight_layout()
 plt.show()
 
