@@ -90,3 +90,12 @@ def test_summary_and_figure_show_the_spread():
     ax = fig.axes[0]
     assert "min-max" in ax.get_xlabel()
     assert any("(" in t.get_text() for t in ax.texts)  # median (min-max) written
+
+
+def test_what_a_case_returns_is_kept_when_json_can_carry_it():
+    rounds = measure_rounds(
+        {"numbers": lambda: {"create_s": 0.5, "anon": [1, 2]}, "object": lambda: object()},
+        rounds=2,
+    )
+    assert rounds.values("numbers") == [{"create_s": 0.5, "anon": [1, 2]}] * 2
+    assert rounds.values("object") == [None, None]

@@ -44,10 +44,9 @@ import pandas
 import onnx_light.onnx as onnxl
 from onnx_light.bench import (
     PeakMemory,
-    RssTimeline,
-    compare,
     describe_machine,
     make_gemm_model,
+    measure_rounds,
     summary_bars,
     weights_nbytes,
 )
@@ -55,7 +54,6 @@ from onnx_light.bench import (
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (8, 256) if SMALL else (24, 1024)
 ALIGNMENT = 4096
-REPEAT = 1 if SMALL else 3
 MiB = 2**20
 
 folder = tempfile.mkdtemp(prefix="onnx-light-align-")
@@ -137,45 +135,58 @@ def plain_copy(dst: str) -> None:
 # Measure time and peak memory
 # ----------------------------
 #
-# :class:`onnx_light.bench.PeakMemory` resets the kernel's peak counter
-# (``VmHWM``, through ``/proc/self/clear_refs``) before the call and reads
-# it after: the growth is the exact peak of the call, every allocation
-# included. Each approach runs a few times; the table keeps the median time
-# and the largest peak. :class:`onnx_light.bench.RssTimeline` samples the
-# resident set size every 2 ms on a background thread, for the curves below,
-# in a run of its own: a sampler running during the timed runs would slow
-# them down.
-#
-# One precaution, taken by ``PeakMemory`` itself: glibc's allocator keeps
-# the memory a run frees, to reuse it, and a second load fitting in the
-# memory the first one freed would look free of cost. ``PeakMemory`` collects
-# garbage and calls ``malloc_trim`` first, so every run starts from the same
-# state.
+# :func:`onnx_light.bench.measure_rounds` is the measuring method of this
+# gallery and of ``make bench``: each call runs in a process of its own
+# (forked from this script, so it starts with nothing an earlier run
+# allocated), in interleaved rounds (every approach once per round, in a new
+# order each round), with the source in the page cache and earlier writes
+# flushed. In that process :class:`onnx_light.bench.PeakMemory` resets the
+# kernel's peak counter (``VmHWM``, through ``/proc/self/clear_refs``) before
+# the call and reads it after: the growth is the exact peak of the call,
+# every allocation included. The table gives the median and the spread
+# (min-max) over the rounds.
 
 
 approaches = {"in memory (load + save)": in_memory, "streaming": streaming}
 if not SMALL:
     approaches["shutil.copyfile (reference)"] = plain_copy
-results, timelines = [], {}
-for name, fn in approaches.items():
-    dst = os.path.join(folder, f"{fn.__name__}.onnx")
-    for i in range(REPEAT):
-        with PeakMemory() as peak:  # time and peak, nothing else running
-            fn(dst)
-        results.append(
-            dict(approach=name, run=i, seconds=peak.seconds, peak_growth_MiB=peak.growth / MiB)
-        )
-    with RssTimeline(interval=0.002) as timeline:  # the curve, from a run of its own
-        fn(dst)
-    timelines[name] = timeline
+destinations = {
+    name: os.path.join(folder, f"{fn.__name__}.onnx") for name, fn in approaches.items()
+}
 
-raw = pandas.DataFrame(results)
-table = raw.groupby("approach", sort=False).agg(
-    seconds=("seconds", "median"), peak_growth_MiB=("peak_growth_MiB", "max")
+
+def remove_output(name: str) -> None:
+    """Before each run: the destination does not exist yet, as in a first save."""
+    for path in (destinations[name], destinations[name] + ".data"):
+        if os.path.exists(path):
+            os.remove(path)
+
+
+rounds = measure_rounds(
+    {name: lambda fn=fn, dst=destinations[name]: fn(dst) for name, fn in approaches.items()},
+    warm_files=[src, src_data],
+    before=remove_output,
+    prime_bytes=2 * weights_nbytes(N_WEIGHTS, DIM),
 )
-table["weights_MiB"] = weights_nbytes(N_WEIGHTS, DIM) / MiB
-print(f"peak from the kernel's VmHWM: {peak.exact}")
+table = pandas.DataFrame(rounds.summary()).set_index("operation")
+table["weights MiB"] = weights_nbytes(N_WEIGHTS, DIM) / MiB
 table.round(3)
+
+# %%
+# The curves of memory over time come from one more run of each, with
+# :class:`onnx_light.bench.RssTimeline` sampling the resident set size
+# every 2 ms on a thread: a sampler running during the timed rounds would
+# slow them down.
+
+curves = measure_rounds(
+    {name: lambda fn=fn, dst=destinations[name]: fn(dst) for name, fn in approaches.items()},
+    rounds=1,
+    warm_files=[src, src_data],
+    before=remove_output,
+    timeline=True,
+)
+for name in approaches:  # the outputs the checks below read
+    approaches[name](destinations[name])
 
 # %%
 # Why not tracemalloc?
@@ -237,39 +248,35 @@ placement(aligned_stream).head(6).rename(
 # Time and peak memory
 # --------------------
 #
-# What this run measured, in words (computed from the table), and the claim
-# that does not depend on the machine, asserted: the streaming copy's peak
-# memory does not grow with the weights. A ranking of two times is printed
-# only when it holds beyond their spread (:func:`onnx_light.bench.compare`:
-# every round of one below every round of the other); otherwise the page
-# says they are within this machine's noise.
+# What this build measured, in words computed from the rounds, and the
+# claim that does not depend on the machine, asserted: the streaming copy's
+# peak memory does not grow with the weights. A ranking of two times is
+# printed only when it holds beyond their spread
+# (:meth:`onnx_light.bench.Rounds.compare`: every round of one below every
+# round of the other); otherwise the page says they are within this
+# machine's noise.
 
 weights = weights_nbytes(N_WEIGHTS, DIM) / MiB
-stream, memory = table.loc["streaming"], table.loc["in memory (load + save)"]
-rounds = raw.groupby("approach", sort=False)["seconds"].apply(list)
+stream_peak = max(rounds.peaks("streaming"))
+memory_peak = min(rounds.peaks("in memory (load + save)"))
 print(f"measured on {describe_machine()}")
 print(
-    f"peak memory: streaming +{stream.peak_growth_MiB:.1f} MiB, in memory "
-    f"+{memory.peak_growth_MiB:.0f} MiB, for {weights:.0f} MiB of weights"
+    f"peak memory: streaming at most +{stream_peak:.1f} MiB, in memory at least "
+    f"+{memory_peak:.0f} MiB, for {weights:.0f} MiB of weights"
 )
-print(
-    compare(
-        "streaming", rounds["streaming"], "load + save", rounds["in memory (load + save)"]
-    ).sentence()
-)
-if "shutil.copyfile (reference)" in table.index:
-    copy = rounds["shutil.copyfile (reference)"]
-    print(compare("streaming", rounds["streaming"], "shutil.copyfile", copy).sentence())
-assert stream.peak_growth_MiB < 16, "streaming must not hold the weights in memory"
-assert memory.peak_growth_MiB >= 0.9 * weights, "load + save holds every weight"
+print(rounds.compare("streaming", "in memory (load + save)").sentence())
+if "shutil.copyfile (reference)" in approaches:
+    print(rounds.compare("streaming", "shutil.copyfile (reference)").sentence())
+assert stream_peak < 16, "streaming must not hold the weights in memory"
+assert memory_peak >= 0.9 * weights, "load + save holds every weight"
 
 # %%
 # The result in one picture: the peak memory of each way (the weights' size
-# dashed).
+# dashed), the median of the rounds with their min-max.
 
 summary_bars(
-    list(table.index),
-    list(table["peak_growth_MiB"]),
+    rounds.names,
+    {name: rounds.peaks(name) for name in rounds.names},
     "MiB",
     "peak memory while re-aligning",
     reference=weights,
@@ -278,7 +285,8 @@ summary_bars(
 plt.show()
 
 # %%
-# Time and memory side by side:
+# Time and memory side by side, each bar the median of the rounds and its
+# line their min-max:
 
 colors = {
     "in memory (load + save)": "#d62728",
@@ -286,22 +294,27 @@ colors = {
     "shutil.copyfile (reference)": "#7f7f7f",
 }
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-names = list(table.index)
-bar_colors = [colors[n] for n in names]
+names = rounds.names
 labels = [n.replace(" (", "\n(") for n in names]
-bars = axes[0].bar(labels, table["seconds"], color=bar_colors)
-axes[0].bar_label(bars, fmt="%.3f s", fontsize=8)  # a value that rounds to 0 still shows
-axes[0].set_ylabel("seconds (median)")
-axes[0].set_title("wall time")
-bars = axes[1].bar(labels, table["peak_growth_MiB"], color=bar_colors)
-axes[1].bar_label(bars, fmt="%.1f MiB", fontsize=8)
-axes[1].axhline(table["weights_MiB"].iloc[0], color="black", ls="--", lw=1, label="model weights")
-axes[1].set_ylabel("MiB")
-axes[1].set_title("peak RSS growth")
-axes[1].legend(loc="upper right")
-for ax in axes:
+for ax, values, unit, title in (
+    (axes[0], [rounds.seconds(n) for n in names], "s", "wall time"),
+    (axes[1], [rounds.peaks(n) for n in names], "MiB", "peak RSS growth"),
+):
+    mids = [float(np.median(v)) for v in values]
+    spread = [
+        [m - min(v) for m, v in zip(mids, values)],
+        [max(v) - m for m, v in zip(mids, values)],
+    ]
+    bars = ax.bar(labels, mids, yerr=spread, capsize=4, color=[colors[n] for n in names])
+    ax.bar_label(bars, fmt="%.3g " + unit, fontsize=8, padding=2)
+    ax.set_ylabel(f"{unit} (median, line: min-max)")
+    ax.set_title(title)
     ax.tick_params(axis="x", labelsize=8)
-fig.suptitle(f"Re-align {table['weights_MiB'].iloc[0]:.0f} MiB of weights to {ALIGNMENT}")
+axes[1].axhline(weights, color="black", ls="--", lw=1, label="model weights")
+axes[1].legend(loc="upper right")
+fig.suptitle(
+    f"Re-align {weights:.0f} MiB of weights to {ALIGNMENT}, {len(rounds.seconds(names[0]))} rounds"
+)
 fig.tight_layout()
 
 # %%
@@ -315,7 +328,7 @@ fig.tight_layout()
 
 fig, ax = plt.subplots(figsize=(8, 3.8))
 for name in ("in memory (load + save)", "streaming"):
-    samples = timelines[name].samples
+    samples = curves.samples(name)
     t0, r0 = samples[0].t, samples[0].rss
     ax.plot(
         [1000 * (s.t - t0) for s in samples],
@@ -323,8 +336,8 @@ for name in ("in memory (load + save)", "streaming"):
         color=colors[name],
         label=name,
     )
-ax.axhline(table["weights_MiB"].iloc[0], color="black", ls="--", lw=1, label="model weights")
-ax.set_xlabel("milliseconds")
+ax.axhline(weights, color="black", ls="--", lw=1, label="model weights")
+ax.set_xlabel("time since the call started (ms)")
 ax.set_ylabel("RSS growth (MiB)")
 ax.set_title("Resident memory while re-aligning")
 ax.legend(loc="center right")
@@ -339,7 +352,7 @@ fig.tight_layout()
 # same streaming copy: each tensor lies whole in one shard, aligned within it,
 # named as onnx-ir names its shards, and all files are committed together.
 
-limit = max(table.loc["streaming", "weights_MiB"] * MiB / 3, 1)  # about three shards
+limit = max(weights * MiB / 3, 1)  # about three shards
 onnxl.align_external_data_streaming(
     src,
     os.path.join(folder, "sharded.onnx"),

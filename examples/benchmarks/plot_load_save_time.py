@@ -29,7 +29,9 @@ different work. We time three things on two-file models of growing size:
    :func:`~onnx_light.onnx.align_external_data_streaming`, which never loads
    the weights.
 
-Every file is in the page cache; each time is the best of a few runs.
+Every file is in the page cache. Each call runs in a process of its own,
+in interleaved rounds (:func:`onnx_light.bench.measure_rounds`, the method of
+``make bench``); the tables give the median and the spread over the rounds.
 """
 
 # %%
@@ -41,6 +43,7 @@ import tempfile
 import time
 
 import matplotlib.pyplot as plt
+import numpy as np
 import onnx
 import onnx_ir as ir
 import pandas
@@ -48,9 +51,10 @@ from matplotlib.ticker import NullFormatter
 
 import onnx_light.onnx as onnxl
 from onnx_light.bench import (
-    best_time,
+    compare,
     describe_machine,
     make_gemm_model,
+    measure_rounds,
     summary_bars,
     weights_nbytes,
 )
@@ -61,18 +65,6 @@ COUNTS = [2, 8] if SMALL else [4, 16, 64]
 
 
 MiB = 2**20
-
-
-def emptied(folder: str):
-    """A setup function that empties ``folder``: onnx.save *appends* to an
-    existing weights file, and deleting the previous output is not what we
-    measure."""
-
-    def setup() -> None:
-        for f in os.listdir(folder):
-            os.remove(os.path.join(folder, f))
-
-    return setup
 
 
 def read_all_ir(path: str) -> None:
@@ -86,47 +78,52 @@ def read_all_ir(path: str) -> None:
 # The operations
 # --------------
 #
-# Each is a function of the source model path (``src``), a destination folder
-# (``out``) and the model in memory (``proto``).
+# Each is a call without arguments, for one source model (``src``, its
+# model in memory ``proto``) and one destination folder (``out``). Each runs
+# in a process of its own, so ``onnx.save``, which turns the tensors of the
+# model it is given into references, changes that process's copy only.
 
 
-def copy_of(proto: onnx.ModelProto) -> onnx.ModelProto:
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
-    return copy
+def operations(src: str, out: str, proto: onnx.ModelProto) -> dict:
+    dst, data = f"{out}/m.onnx", "m.onnx.data"
+    aligned = onnxl.SerializeOptions(alignment=4096)
+    ir_model = ir.serde.deserialize_model(proto)  # wraps the protos, copies nothing
+    return {
+        # 1. load
+        ("load", "onnx"): lambda: onnx.load(src),
+        ("load", "onnx-light"): lambda: onnxl.load(src),
+        ("load", "onnx-ir + read every tensor"): lambda: read_all_ir(src),
+        ("load", "onnx-ir (lazy)"): lambda: ir.load(src),
+        ("load", "onnx-light (load_external_data=False)"): lambda: onnxl.load(
+            src, load_external_data=False
+        ),
+        # 2. save from memory
+        ("save", "onnx"): lambda: onnx.save(proto, dst, save_as_external_data=True, location=data),
+        ("save", "onnx-light"): lambda: onnxl.save(proto, dst, location=data),
+        ("save", "onnx-ir"): lambda: ir.save(ir_model, dst, external_data=data),
+        # 3. re-align: onnx.save has no alignment option, its row only re-saves
+        ("re-align to 4096", "onnx: load + save"): lambda: onnx.save(
+            onnx.load(src), dst, save_as_external_data=True, location=data
+        ),
+        ("re-align to 4096", "onnx-light: load + save"): lambda: onnxl.save(
+            onnxl.load(src), dst, location=data, options=aligned
+        ),
+        ("re-align to 4096", "onnx-ir: load + save"): lambda: ir.save(
+            ir.load(src), dst, external_data=data, alignment=4096
+        ),
+        ("re-align to 4096", "onnx-light: align_external_data_streaming"): lambda: (
+            onnxl.align_external_data_streaming(src, dst, data, 4096)
+        ),
+    }
 
-
-def onnx_realign(src: str, out: str) -> None:
-    # onnx.save has no alignment option: load, save with external data.
-    model = onnx.load(src)
-    onnx.save(model, f"{out}/m.onnx", save_as_external_data=True, location="m.onnx.data")
-
-
-def onnxl_realign(src: str, out: str) -> None:
-    model = onnxl.load(src)
-    opts = onnxl.SerializeOptions(alignment=4096)
-    onnxl.save(model, f"{out}/m.onnx", location="m.onnx.data", options=opts)
-
-
-def ir_realign(src: str, out: str) -> None:
-    model = ir.load(src)
-    ir.save(model, f"{out}/m.onnx", external_data="m.onnx.data", alignment=4096)
-
-
-def streaming_realign(src: str, out: str) -> None:
-    onnxl.align_external_data_streaming(src, f"{out}/m.onnx", "m.onnx.data", 4096)
-
-
-REALIGN = {
-    "onnx: load + save": onnx_realign,
-    "onnx-light: load + save": onnxl_realign,
-    "onnx-ir: load + save": ir_realign,
-    "onnx-light: align_external_data_streaming": streaming_realign,
-}
 
 # %%
 # Measure
 # -------
+#
+# One measure per model size: every operation once per round, in a new
+# order each round, the destination folder emptied before each run (a save
+# over an existing weights file is not what we measure).
 
 tmp = tempfile.TemporaryDirectory()
 rows = []
@@ -138,66 +135,45 @@ for n in COUNTS:
     os.makedirs(out)
     src = os.path.join(folder, "model.onnx")
     proto = make_gemm_model(n, DIM)
-    onnx.save(copy_of(proto), src, save_as_external_data=True, location="model.onnx.data")
+    source = onnx.ModelProto()
+    source.CopyFrom(proto)  # onnx.save turns the tensors it is given into references
+    onnx.save(source, src, save_as_external_data=True, location="model.onnx.data")
 
-    def add(operation: str, library: str, seconds: float, size=size) -> None:
+    def empty_out(_name, out=out) -> None:
+        for f in os.listdir(out):
+            os.remove(os.path.join(out, f))
+
+    ops = operations(src, out, proto)
+    rounds = measure_rounds(
+        {" | ".join(key): fn for key, fn in ops.items()},
+        warm_files=[src, src + ".data"],
+        before=empty_out,
+        prime_bytes=3 * size,
+    )
+    for operation, library in ops:
+        secs = rounds.seconds(f"{operation} | {library}")
         rows.append(
-            {"operation": operation, "library": library, "MiB": size / MiB, "seconds": seconds}
+            {
+                "operation": operation,
+                "library": library,
+                "MiB": size / MiB,
+                "seconds": float(np.median(secs)),
+                "min": min(secs),
+                "max": max(secs),
+                "rounds": secs,
+            }
         )
-
-    # 1. load
-    add("load", "onnx", best_time(lambda src=src: onnx.load(src)))
-    add("load", "onnx-light", best_time(lambda src=src: onnxl.load(src)))
-    add("load", "onnx-ir + read every tensor", best_time(lambda src=src: read_all_ir(src)))
-    add("load", "onnx-ir (lazy)", best_time(lambda src=src: ir.load(src)))
-    add(
-        "load",
-        "onnx-light (load_external_data=False)",
-        best_time(lambda src=src: onnxl.load(src, load_external_data=False)),
-    )
-
-    # 2. save from memory; onnx.save needs a copy (made outside the timing)
-    pending = {}
-
-    def prepare(out=out, proto=proto, pending=pending) -> None:
-        emptied(out)()
-        pending["copy"] = copy_of(proto)
-
-    def onnx_save(out=out, pending=pending) -> None:
-        model = pending.pop("copy")
-        onnx.save(model, f"{out}/m.onnx", save_as_external_data=True, location="m.onnx.data")
-
-    ir_model = ir.serde.deserialize_model(proto)  # wraps the protos, copies nothing
-    add("save", "onnx", best_time(onnx_save, prepare))
-    add(
-        "save",
-        "onnx-light",
-        best_time(
-            lambda out=out, proto=proto: onnxl.save(proto, f"{out}/m.onnx", location="m.onnx.data"),
-            emptied(out),
-        ),
-    )
-    add(
-        "save",
-        "onnx-ir",
-        best_time(
-            lambda out=out, m=ir_model: ir.save(m, f"{out}/m.onnx", external_data="m.onnx.data"),
-            emptied(out),
-        ),
-    )
-
-    # 3. re-align, and check every library wrote the same tensors
-    for library, fn in REALIGN.items():
-        add(
-            "re-align to 4096",
-            library,
-            best_time(lambda fn=fn, s=src, o=out: fn(s, o), emptied(out)),
-        )
-        saved = onnx.load(f"{out}/m.onnx")
-        assert [t.raw_data for t in saved.graph.initializer] == [
-            t.raw_data for t in proto.graph.initializer
-        ], library
-    del proto, ir_model
+    # every library writes the same tensors (onnx.save, which would change
+    # `proto` here, wrote the source itself)
+    for (operation, library), fn in ops.items():
+        if operation != "load" and (operation, library) != ("save", "onnx"):
+            empty_out(None)
+            fn()
+            saved = onnx.load(f"{out}/m.onnx")
+            assert [t.raw_data for t in saved.graph.initializer] == [
+                t.raw_data for t in proto.graph.initializer
+            ], library
+    del proto, ops
 
 print(f"measured in {time.perf_counter() - begin_all:.1f} s")
 df = pandas.DataFrame(rows)
@@ -211,35 +187,60 @@ df.loc[df["library"].isin(NO_WEIGHTS_READ), "MiB/s"] = float("nan")
 # The numbers
 # -----------
 #
-# Seconds, one column per model size (MiB of weights):
+# Median seconds, one column per model size (MiB of weights):
 
 df.pivot_table(index=["operation", "library"], columns="MiB", values="seconds", sort=False).round(4)
 
 # %%
-# And relative to onnx at the largest size (lower is faster):
+# At the largest size, the median with its spread (min-max over the rounds)
+# and the ratio of medians to onnx (lower is faster):
 
 largest = df[df["MiB"] == df["MiB"].max()].copy()
 is_onnx = largest["library"].isin(["onnx", "onnx: load + save"])
 onnx_time = dict(zip(largest[is_onnx]["operation"], largest[is_onnx]["seconds"], strict=True))
 largest["vs onnx"] = (largest["seconds"] / largest["operation"].map(onnx_time)).round(2)
-largest[["operation", "library", "seconds", "MiB/s", "vs onnx"]]
+largest["min-max (s)"] = [f"{a:.3g}-{b:.3g}" for a, b in zip(largest["min"], largest["max"])]
+largest[["operation", "library", "seconds", "min-max (s)", "MiB/s", "vs onnx"]].rename(
+    columns={"seconds": "median (s)"}
+).set_index(["operation", "library"]).round(3)
 
 # %%
 # What it says
 # ------------
 #
-# The ranking at the largest size, as this build measured it (the numbers
-# move by 10 to 20 % from one run to the next on a shared machine; the page
-# prints them rather than stating them):
+# onnx-light against each other library, operation by operation, at the
+# largest size, as this build measured it. A ranking is printed only when
+# it holds beyond the spread of the rounds
+# (:meth:`onnx_light.bench.Comparison.sentence`); otherwise the two are
+# said to be within this machine's noise.
 
 print(f"measured on {describe_machine()}")
-for operation in dict.fromkeys(largest["operation"]):
-    part = largest[largest["operation"] == operation].sort_values("seconds")
-    ranking = ", then ".join(
-        f"{lib} ({sec:.3f} s, {ratio:.2f}x onnx)"
-        for lib, sec, ratio in zip(part["library"], part["seconds"], part["vs onnx"], strict=True)
-    )
-    print(f"{operation}, fastest first: {ranking}")
+ours = {
+    "load": "onnx-light",
+    "save": "onnx-light",
+    "re-align to 4096": "onnx-light: align_external_data_streaming",
+}
+for operation, mine in ours.items():
+    part = largest[largest["operation"] == operation].set_index("library")
+    for other in part.index:
+        if other != mine and other not in NO_WEIGHTS_READ:
+            a, b = part.loc[mine, "rounds"], part.loc[other, "rounds"]
+            print(f"{operation}: {compare(mine, a, other, b).sentence()}")
+
+# %%
+# Is saving a model already in memory cheaper than loading it and saving
+# it? It should be: the load is the extra work.
+
+save_row = largest[(largest["operation"] == "save") & (largest["library"] == "onnx-light")]
+both_row = largest[largest["library"] == "onnx-light: load + save"]
+print(
+    compare(
+        "onnx-light save (model in memory)",
+        save_row["rounds"].iloc[0],
+        "onnx-light load + save",
+        both_row["rounds"].iloc[0],
+    ).sentence()
+)
 
 # %%
 # Why, whatever the ranking of a given run:
@@ -266,12 +267,12 @@ for operation in dict.fromkeys(largest["operation"]):
 # %%
 # The result in one picture: re-aligning the largest model, each way.
 
-realign = largest[largest["operation"] == largest["operation"].iloc[-1]].sort_values("seconds")
+realign = largest[largest["operation"] == "re-align to 4096"].sort_values("seconds")
 summary_bars(
     list(realign["library"]),
-    list(realign["seconds"]),
+    dict(zip(realign["library"], realign["rounds"], strict=True)),
     "s",
-    f"{realign['operation'].iloc[0]}, {realign['MiB'].iloc[0]:.0f} MiB",
+    f"re-align to 4096, {realign['MiB'].iloc[0]:.0f} MiB of weights",
 )
 plt.show()
 
@@ -279,7 +280,8 @@ plt.show()
 # Plot
 # ----
 #
-# Time against model size, log-log: a slope of one means the cost is
+# Time against model size, log-log, each point the median of the rounds
+# and its bar their min-max: a slope of one means the cost is
 # proportional to the bytes; the gap between two lines is the ratio of their
 # times.
 
@@ -297,9 +299,11 @@ for ax, operation in zip(axes, operations, strict=True):
         family = library.split(" ")[0].rstrip(":")
         color, marker = styles[family]
         dashed = "lazy" in library or "False" in library or "streaming" in library
-        ax.plot(
+        ax.errorbar(
             line["MiB"],
             line["seconds"],
+            yerr=[line["seconds"] - line["min"], line["max"] - line["seconds"]],
+            capsize=3,
             marker=marker,
             color=color,
             ls="--" if dashed else "-",
@@ -314,7 +318,7 @@ for ax, operation in zip(axes, operations, strict=True):
     ax.set_title(operation)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=9)
-axes[0].set_ylabel("seconds (best of runs, lower is better)")
+axes[0].set_ylabel("seconds (median, bars: min-max; lower is better)")
 fig.tight_layout()
 if os.environ.get("SAVE_FIG"):
     fig.savefig(os.environ["SAVE_FIG"])

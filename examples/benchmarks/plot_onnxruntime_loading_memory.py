@@ -18,9 +18,10 @@ This example builds one model, stores it in four layouts
   :func:`onnx_light.onnx.align_external_data_streaming`;
 
 and creates a session from each, with and without the session option
-``session.disable_prepacking``. Every measurement runs in a **fresh
-process**, so the allocator, the page cache of the process and the kernel's
-peak counter start from the same state each time. We record
+``session.disable_prepacking``. Every session is created in a **process of
+its own**, in interleaved rounds (:func:`onnx_light.bench.measure_rounds`,
+the method of ``make bench``), so the allocator and the kernel's peak
+counter start from the same state each time. We record
 
 * the kernel's exact peak RSS growth while the session is created
   (``VmHWM``, reset through ``/proc/self/clear_refs``);
@@ -41,10 +42,7 @@ same outputs.
 # bytes, not a multiple of the 4096-byte page, so the two-file model written
 # by :func:`onnx.save` has tensors starting in the middle of pages.
 
-import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from math import gcd
@@ -55,12 +53,22 @@ import onnx
 import onnxruntime as ort
 import pandas
 
-import onnx_light
 import onnx_light.onnx as onnxl
-from onnx_light.bench import describe_machine, make_gemm_model, summary_bars, weights_nbytes
+from onnx_light.bench import (
+    PeakMemory,
+    RssTimeline,
+    compare,
+    describe_machine,
+    make_gemm_model,
+    measure_rounds,
+    model_inputs,
+    read_status,
+    summary_bars,
+    weights_nbytes,
+)
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
-N_WEIGHTS, DIM = (8, 200) if SMALL else (128, 1000)
+N_WEIGHTS, DIM = (8, 200) if SMALL else (64, 1000)
 BATCH = 4
 MiB = 2**20
 
@@ -121,114 +129,120 @@ layouts = pandas.DataFrame([describe(p) for p in paths.values()], index=list(pat
 print(layouts)
 
 # %%
-# One measurement, in a fresh process
-# -----------------------------------
+# One measurement
+# ---------------
 #
-# The child imports onnxruntime, then creates the session inside
+# The call below creates the session inside
 # :class:`~onnx_light.bench.PeakMemory` (the kernel's exact peak) and
-# :class:`~onnx_light.bench.RssTimeline` (anonymous and file-backed memory over
-# time), runs one inference, saves the output and prints its numbers as JSON.
-# Running it in the parent would mix the measurements: memory freed by a
-# previous session stays in the allocator's pools, and pages mapped by one
-# session would already be resident for the next.
+# :class:`~onnx_light.bench.RssTimeline` (anonymous and file-backed memory
+# over time), runs one inference, saves the output and returns its numbers.
+# :func:`~onnx_light.bench.measure_rounds` runs it in a process of its own:
+# in this one, memory freed by a previous session would stay in the
+# allocator's pools, and pages mapped by one session would already be
+# resident for the next.
 #
 # tracemalloc would see none of this: onnxruntime allocates in C++ and maps
 # files, outside Python's allocator.
 
-CHILD = r"""
-import json, sys, time
-import numpy as np
-import onnxruntime as ort
-from onnx_light.bench import PeakMemory, RssTimeline, model_inputs, read_status
-
-path, disable_prepacking, dim, batch, out = sys.argv[1:6]
-so = ort.SessionOptions()
-if disable_prepacking == "1":
-    so.add_session_config_entry("session.disable_prepacking", "1")
-feeds = model_inputs(int(dim), int(batch))
-before = read_status()
-t_start = time.perf_counter()
-with RssTimeline(0.002) as tl:
-    with PeakMemory() as create:
-        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    t_created = time.perf_counter() - t_start
-    created = read_status()
-    with PeakMemory() as run:
-        y = sess.run(None, feeds)[0]
-after = read_status()
-np.save(out, y)
-step = max(1, len(tl.samples) // 400)
-print(json.dumps({
-    "create_s": create.seconds,
-    "create_peak": create.growth,
-    "exact": create.exact,
-    "run_s": run.seconds,
-    "anon_peak_create": max([created["RssAnon"]] + [s.anon for s in tl.samples if s.t <= t_created])
-    - before["RssAnon"],
-    "file_peak_create": max([created["RssFile"]] + [s.file for s in tl.samples if s.t <= t_created])
-    - before["RssFile"],
-    "anon_created": created["RssAnon"] - before["RssAnon"],
-    "file_created": created["RssFile"] - before["RssFile"],
-    "anon_after_run": after["RssAnon"] - before["RssAnon"],
-    "file_after_run": after["RssFile"] - before["RssFile"],
-    "t_created": t_created,
-    "timeline": [(s.t, s.anon - before["RssAnon"], s.file - before["RssFile"])
-                 for s in tl.samples[::step]],
-}))
-"""
+feeds = model_inputs(DIM, BATCH)
 
 
-def measure(path: str, disable_prepacking: bool, out: str) -> dict:
-    """Create a session from ``path`` in a fresh interpreter; return its numbers."""
-    args = [path, "1" if disable_prepacking else "0", str(DIM), str(BATCH), out]
-    # the child imports onnx_light from where this process found it
-    root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_light.__file__)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, *args], capture_output=True, text=True, env=env, check=False
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"measuring {path!r} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def session(path: str, prepacking: bool, out: str) -> dict:
+    """Create a session from ``path``, run it once; memory growths in bytes."""
+    so = ort.SessionOptions()
+    if not prepacking:
+        so.add_session_config_entry("session.disable_prepacking", "1")
+    before = read_status()
+    with RssTimeline(0.002) as tl:
+        with PeakMemory() as create:
+            sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        created = read_status()
+        np.save(out, sess.run(None, feeds)[0])
+    after = read_status()
+    during = [s for s in tl.samples if s.t <= create.seconds]
+    step = max(1, len(tl.samples) // 400)
+    return {
+        "create_s": create.seconds,
+        "create_peak": create.growth,
+        "anon_peak_create": max([created["RssAnon"]] + [s.anon for s in during])
+        - before["RssAnon"],
+        "file_peak_create": max([created["RssFile"]] + [s.file for s in during])
+        - before["RssFile"],
+        "anon_after_run": after["RssAnon"] - before["RssAnon"],
+        "file_after_run": after["RssFile"] - before["RssFile"],
+        "timeline": [
+            (s.t, s.anon - before["RssAnon"], s.file - before["RssFile"])
+            for s in tl.samples[::step]
+        ],
+    }
 
 
 # %%
-# Eight sessions
-# --------------
+# Eight sessions, in rounds
+# -------------------------
+
+cases, outs = {}, {}
+for name, path in paths.items():
+    for prepacking in ("on", "off"):
+        key = f"{name}, prepack {prepacking}"
+        outs[key] = os.path.join(folder, f"out-{len(outs)}.npy")
+        cases[key] = lambda p=path, on=prepacking == "on", o=outs[key]: session(p, on, o)
+
+begin = time.perf_counter()
+rounds = measure_rounds(
+    cases,
+    rounds=1 if SMALL else 3,
+    warm_files=[os.path.join(folder, f) for f in os.listdir(folder) if "onnx" in f],
+    prime_bytes=2 * model_bytes,
+)
+print(f"{len(rounds.runs)} sessions measured in {time.perf_counter() - begin:.1f} s")
 
 results, timelines, outputs = [], {}, {}
-begin = time.perf_counter()
-for name, path in paths.items():
-    for disable in (False, True):
-        out = os.path.join(folder, f"out-{len(results)}.npy")
-        r = measure(path, disable, out)
-        key = (name, "off" if disable else "on")
-        timelines[key] = (r.pop("timeline"), r["t_created"])
-        outputs[key] = np.load(out)
-        results.append({"layout": name, "prepacking": key[1], **r})
-print(f"8 sessions measured in {time.perf_counter() - begin:.1f} s")
+for key in cases:
+    layout, prepacking = key.rsplit(", prepack ", 1)
+    values = rounds.values(key)
+    row = {"layout": layout, "prepacking": prepacking}
+    for field in values[0]:
+        if field != "timeline":
+            row[field] = float(np.median([v[field] for v in values]))
+            row[field + "_min"] = min(v[field] for v in values)
+            row[field + "_max"] = max(v[field] for v in values)
+    results.append(row)
+    timelines[(layout, prepacking)] = (values[-1]["timeline"], values[-1]["create_s"])
+    outputs[(layout, prepacking)] = np.load(outs[key])
 
 df = pandas.DataFrame(results)
-# Times in seconds, memory growth in MiB: ``peak RSS`` is the kernel's exact
-# peak while the session is created; ``anon`` and ``file`` are the sampled
-# peaks of anonymous and file-backed memory during the creation, then their
-# values after the first inference.
+
+
+def spread(field: str, scale: float = MiB, digits: int = 1) -> list[str]:
+    return [
+        f"{lo / scale:.{digits}f}-{hi / scale:.{digits}f}"
+        for lo, hi in zip(df[field + "_min"], df[field + "_max"], strict=True)
+    ]
+
+
+# %%
+# Times in seconds, memory growth in MiB, each the median of the rounds and
+# its spread (min-max): ``peak RSS`` is the kernel's exact peak while the
+# session is created; ``anon`` and ``file`` are the sampled peaks of
+# anonymous and file-backed memory during the creation, then their values
+# after the first inference.
+
 table = pandas.DataFrame(
     {
-        "layout": df["layout"],
-        "prepacking": df["prepacking"],
         "create (s)": df["create_s"].round(3),
-        "run (s)": df["run_s"].round(3),
+        "create min-max (s)": spread("create_s", 1, 3),
         "peak RSS (MiB)": (df["create_peak"] / MiB).round(1),
         "anon (MiB)": (df["anon_peak_create"] / MiB).round(1),
+        "anon min-max (MiB)": spread("anon_peak_create"),
         "file (MiB)": (df["file_peak_create"] / MiB).round(1),
         "anon after run (MiB)": (df["anon_after_run"] / MiB).round(1),
         "file after run (MiB)": (df["file_after_run"] / MiB).round(1),
         "anon / model": (df["anon_peak_create"] / model_bytes).round(2),
     }
 )
-print(f"model: {model_bytes / MiB:.1f} MiB of weights; exact peak: {bool(df['exact'].all())}")
+table.index = pandas.MultiIndex.from_frame(df[["layout", "prepacking"]])
+print(f"model: {model_bytes / MiB:.1f} MiB of weights, {len(rounds.seconds(key))} round(s)")
 table
 
 # %%
@@ -241,6 +255,7 @@ table
 
 
 def row(layout: str, prepacking: str) -> pandas.Series:
+    """Medians of one setting, with ``FIELD_min`` / ``FIELD_max`` over the rounds."""
     return df[(df["layout"] == layout) & (df["prepacking"] == prepacking)].iloc[0]
 
 
@@ -262,6 +277,24 @@ for label, r in [
         f"* {label.strip()}: created in {r['create_s']:.3f} s; anonymous memory\n"
         f"    {times_model(r['anon_peak_create'])} at the peak,\n"
         f"    {times_model(r['anon_after_run'])} after the first inference"
+    )
+
+# Creating the session from two files without prepacking against the
+# other settings of the same layouts, ranked only beyond the rounds' spread:
+
+
+def create_times(layout: str, prepacking: str) -> list[float]:
+    return [v["create_s"] for v in rounds.values(f"{layout}, prepack {prepacking}")]
+
+
+for layout, prepacking in [("one file", "off"), ("one file", "on"), ("two files", "on")]:
+    print(
+        compare(
+            "two files, prepack off",
+            create_times("two files", "off"),
+            f"{layout}, prepack {prepacking}",
+            create_times(layout, prepacking),
+        ).sentence()
     )
 
 # The explanation below rests on these, checked on every build (a few MiB of
@@ -291,8 +324,8 @@ for prepack in ("on", "off"):
 # * **two files, prepacking on**: the prepacked weights. The runtime
 #   memory-maps the ``.data`` file, reads it to prepack, and drops the
 #   mapping.
-# * **two files, prepacking off**: almost no anonymous memory, and the
-#   quickest session to create. The weights stay in the memory-mapped file;
+# * **two files, prepacking off**: almost no anonymous memory (the
+#   sentences above say how its creation time ranks in this build). The weights stay in the memory-mapped file;
 #   they are read from disk (or the page cache) when the first inference
 #   touches them, as file-backed pages (``file after run``) that the kernel
 #   shares between processes and may evict under pressure.
@@ -339,8 +372,8 @@ pandas.DataFrame(check)
 # (the model's size dashed).
 
 summary_bars(
-    [f"{r['layout']}, prepack {r['prepacking']}" for r in results],
-    list(df["anon_peak_create"] / MiB),
+    list(cases),
+    {key: [v["anon_peak_create"] / MiB for v in rounds.values(key)] for key in cases},
     "MiB",
     "InferenceSession: anonymous memory",
     reference=model_bytes / MiB,
@@ -354,22 +387,46 @@ plt.show()
 #
 # Left, the peak of anonymous and file-backed memory while the session is
 # created, against the model size (dashed line), and the file-backed memory
-# once the first inference has touched every weight. Right, the anonymous memory
-# over time for the single-file model and the aligned two-file model, both
+# once the first inference has touched every weight: medians of the rounds,
+# with their min-max. Right, the anonymous memory
+# over time (the last round) for the single-file model and the aligned two-file model, both
 # with and without prepacking; dots mark the end of the session creation, the
 # rest of each line is the first inference.
 
 fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(14, 5.5))
 labels = [f"{r['layout']}\nprepack {r['prepacking']}" for r in results]
 x = np.arange(len(results))
-anon_bars = ax0.bar(x - 0.27, df["anon_peak_create"] / MiB, 0.27, label="anonymous (RssAnon), peak")
+
+
+def errors(field: str) -> list[pandas.Series]:
+    """Min-max lines around the medians, in MiB."""
+    return [(df[field] - df[field + "_min"]) / MiB, (df[field + "_max"] - df[field]) / MiB]
+
+
+anon_bars = ax0.bar(
+    x - 0.27,
+    df["anon_peak_create"] / MiB,
+    0.27,
+    yerr=errors("anon_peak_create"),
+    capsize=2,
+    label="anonymous (RssAnon), peak",
+)
 ax0.bar_label(anon_bars, fmt="%.0f", fontsize=9)  # MiB; near-zero bars stay visible
-file_bars = ax0.bar(x, df["file_peak_create"] / MiB, 0.27, label="file-backed (RssFile), peak")
+file_bars = ax0.bar(
+    x,
+    df["file_peak_create"] / MiB,
+    0.27,
+    yerr=errors("file_peak_create"),
+    capsize=2,
+    label="file-backed (RssFile), peak",
+)
 ax0.bar_label(file_bars, fmt="%.0f", fontsize=9)
 after_bars = ax0.bar(
     x + 0.27,
     df["file_after_run"] / MiB,
     0.27,
+    yerr=errors("file_after_run"),
+    capsize=2,
     color="C1",
     alpha=0.45,
     hatch="//",
@@ -378,7 +435,7 @@ after_bars = ax0.bar(
 ax0.bar_label(after_bars, fmt="%.0f", fontsize=9)
 ax0.axhline(model_bytes / MiB, color="k", ls="--", lw=1, label="model size")
 ax0.set_xticks(x, labels, rotation=60, ha="right", fontsize=8)
-ax0.set_ylabel("peak growth while creating the session (MiB)")
+ax0.set_ylabel("memory growth (MiB, median; lines: min-max)")
 ax0.set_title("InferenceSession(...): memory by layout and prepacking")
 ax0.legend()
 

@@ -17,7 +17,10 @@ and the libraries' own Python code.
 
 cProfile only sees the thread that calls it: onnx-light's parallel writers
 would hide their work in other threads, so it is profiled with
-``num_threads=1``.
+``num_threads=1``. The profiler slows the code it watches, so the wall
+times are measured apart, without it, each save in a process of its own in
+interleaved rounds (:func:`onnx_light.bench.measure_rounds`, the method of
+``make bench``).
 """
 
 # %%
@@ -28,7 +31,6 @@ import cProfile
 import os
 import pstats
 import tempfile
-import time
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -36,72 +38,62 @@ import onnx
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import describe_machine, make_gemm_model, summary_bars, weights_nbytes
+from onnx_light.bench import (
+    describe_machine,
+    make_gemm_model,
+    measure_rounds,
+    summary_bars,
+    weights_nbytes,
+)
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (4, 128) if SMALL else (64, 1024)
-RUNS = 1 if SMALL else 5
 MiB = 2**20
 
 model = make_gemm_model(N_WEIGHTS, DIM)
 size = weights_nbytes(N_WEIGHTS, DIM)
-print(f"{N_WEIGHTS} weights of {DIM}x{DIM} float32: {size / MiB:.0f} MiB, best of {RUNS} runs")
+print(f"{N_WEIGHTS} weights of {DIM}x{DIM} float32: {size / MiB:.0f} MiB")
 
 # %%
-# Profile both saves
-# ------------------
+# Time and profile both saves
+# ---------------------------
 #
-# Each run writes into an empty folder (:func:`onnx.save` *appends* to an
-# existing weights file) and onnx gets a fresh copy of the model (it turns
-# the tensors of the model it saves into references); both are prepared
-# outside the profiler.
+# Each save writes into an empty folder, emptied before each run. It runs
+# in a process of its own, so :func:`onnx.save`, which turns the tensors of
+# the model it saves into references, changes that process's copy only.
 
 tmp = tempfile.TemporaryDirectory()
 out = os.path.join(tmp.name, "out")
 os.mkdir(out)
 
 
-def empty() -> None:
+def empty(_name: str = "") -> None:
     for f in os.listdir(out):
         os.remove(os.path.join(out, f))
 
 
-def save_with_onnx(copy: onnx.ModelProto) -> None:
-    onnx.save(copy, f"{out}/m.onnx", save_as_external_data=True, location="m.onnx.data")
+def save_with_onnx() -> None:
+    onnx.save(model, f"{out}/m.onnx", save_as_external_data=True, location="m.onnx.data")
 
 
-def save_with_onnx_light(_: onnx.ModelProto) -> None:
+def save_with_onnx_light() -> None:
     opts = onnxl.SerializeOptions(alignment=4096, num_threads=1)
     onnxl.save(model, f"{out}/m.onnx", location="m.onnx.data", options=opts)
 
 
-def profile(fn) -> tuple[pstats.Stats, float]:
-    """Profile ``RUNS`` calls of ``fn``; keep the statistics of the fastest one.
-
-    A save writes into the page cache, and the kernel sometimes makes a writer
-    wait while it flushes older dirty pages to disk: the fastest run is the
-    cost of the code, slower ones add that wait.
-    """
-    best_stats, best = None, float("inf")
-    for _ in range(RUNS):
-        empty()
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        prof = cProfile.Profile()
-        begin = time.perf_counter()
-        prof.enable()
-        fn(copy)
-        prof.disable()
-        elapsed = time.perf_counter() - begin
-        if elapsed < best:
-            best_stats, best = pstats.Stats(prof), elapsed
-    return best_stats, best
+saves = {"onnx": save_with_onnx, "onnx-light": save_with_onnx_light}
+timed = measure_rounds(saves, before=empty, prime_bytes=2 * size)
 
 
-profiles = {
-    "onnx": profile(save_with_onnx),
-    "onnx-light": profile(save_with_onnx_light),
-}
+def profiled(name: str) -> None:
+    """One more save of ``name``, under cProfile; its statistics go to a file."""
+    prof = cProfile.Profile()
+    prof.runcall(saves[name])
+    prof.dump_stats(os.path.join(tmp.name, f"{name}.prof"))
+
+
+measure_rounds({name: lambda n=name: profiled(n) for name in saves}, rounds=1, before=empty)
+profiles = {name: pstats.Stats(os.path.join(tmp.name, f"{name}.prof")) for name in saves}
 empty()
 
 # %%
@@ -141,7 +133,7 @@ def to_frame(stats: pstats.Stats) -> pandas.DataFrame:
     return df
 
 
-frames = {name: to_frame(stats) for name, (stats, _) in profiles.items()}
+frames = {name: to_frame(stats) for name, stats in profiles.items()}
 pandas.set_option("display.max_colwidth", 80)
 pandas.set_option("display.width", 200)
 
@@ -169,10 +161,13 @@ frames["onnx-light"].head(10).round(4)
 # (``save_external_data``); onnx-light reads it once, to write it
 # (``_write_raw``). What one read of every tensor costs:
 
-begin = time.perf_counter()
-for tensor in model.graph.initializer:
-    tensor.raw_data  # noqa: B018
-copy_s = time.perf_counter() - begin
+
+def read_every_raw_data() -> None:
+    for tensor in model.graph.initializer:
+        tensor.raw_data  # noqa: B018
+
+
+copy_s = float(np.median(measure_rounds({"read": read_every_raw_data}).seconds("read")))
 print(f"reading raw_data of {N_WEIGHTS * 2} tensors ({size / MiB:.0f} MiB): {copy_s:.4f} s")
 
 # %%
@@ -225,8 +220,11 @@ for name, df in frames.items():
     summary[name] = df.groupby("kind")["own s"].sum()
 summary = pandas.DataFrame(summary).fillna(0.0)
 summary.loc["total (profiled)"] = summary.sum()
-wall = pandas.Series({name: best for name, (_, best) in profiles.items()}, name="best wall s")
-print("best wall time (s): " + ", ".join(f"{k} {v:.4f}" for k, v in wall.items()))
+wall = {name: timed.seconds(name) for name in saves}
+print(
+    "wall time (s, median and min-max over rounds, without the profiler): "
+    + ", ".join(f"{k} {np.median(v):.4f} ({min(v):.4f}-{max(v):.4f})" for k, v in wall.items())
+)
 summary.round(4).rename(columns=lambda c: f"{c} (s)")
 
 # %%
@@ -244,10 +242,7 @@ for kind in [k for k in summary.index if k != "total (profiled)"]:
         f"{kind}: onnx {a:.4f} s, onnx-light {b:.4f} s "
         f"({a / copy_s:.1f}x and {b / copy_s:.1f}x the cost of reading every raw_data once)"
     )
-print(
-    f"best wall time: onnx {wall['onnx']:.4f} s, onnx-light {wall['onnx-light']:.4f} s "
-    f"({wall['onnx-light'] / wall['onnx']:.2f}x onnx's)"
-)
+print(timed.compare("onnx-light", "onnx").sentence())
 
 # %%
 # Why: onnx copies every tensor out of the protobuf message twice and
@@ -259,9 +254,10 @@ print(
 # (not counted here).
 
 # %%
-# The result in one picture: the best wall time of each save.
+# The result in one picture: the wall time of each save, median and
+# min-max over the rounds.
 
-summary_bars(list(wall.index), list(wall.values), "s", f"save of {size / MiB:.0f} MiB")
+summary_bars(list(wall), wall, "s", f"save of {size / MiB:.0f} MiB")
 plt.show()
 
 # %%

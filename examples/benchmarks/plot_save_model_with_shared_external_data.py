@@ -35,7 +35,6 @@ right outputs.
 # Saved with every weight in ``first.onnx.data``, aligned to 4096 so that a
 # runtime can memory-map it.
 
-import contextlib
 import gc
 import hashlib
 import os
@@ -50,9 +49,9 @@ import pandas
 
 import onnx_light.onnx as onnxl
 from onnx_light.bench import (
-    PeakMemory,
     describe_machine,
     make_gemm_model,
+    measure_rounds,
     model_inputs,
     summary_bars,
     weights_nbytes,
@@ -61,7 +60,6 @@ from onnx_light.bench import (
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (8, 256) if SMALL else (24, 1024)
 NEW = ["W0", "W1", "W2"]  # the weights the variant changes
-REPEAT = 1 if SMALL else 3
 MiB = 2**20
 
 folder = tempfile.mkdtemp(prefix="onnx-light-shared-")
@@ -111,9 +109,6 @@ def replace_weights(model: onnx.ModelProto) -> None:
 
 
 def naive_onnx() -> list[str]:
-    # onnx appends to an existing weights file: remove the one of a former run.
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(os.path.join(folder, "naive_onnx.onnx.data"))
     model = onnx.load(first)
     replace_weights(model)
     onnx.save_model(
@@ -146,12 +141,11 @@ def shared() -> list[str]:
 # Time, bytes written, peak memory
 # --------------------------------
 #
-# Peak memory is the growth of the kernel's ``VmHWM`` during the call
-# (:class:`onnx_light.bench.PeakMemory`). Each approach runs a few times;
-# the table keeps the median time and the largest peak. Before each run,
-# ``PeakMemory`` hands the memory freed by the previous runs back to the
-# system: glibc keeps it for reuse, and a second load fitting in the memory
-# the first one freed would look free of cost.
+# Each call runs in a process of its own, in interleaved rounds
+# (:func:`onnx_light.bench.measure_rounds`, the method of ``make bench``),
+# after the files of the previous run were removed. Peak memory is the
+# growth of the kernel's ``VmHWM`` during the call. The table gives the
+# median and the spread (min-max) over the rounds.
 
 
 approaches = {
@@ -159,50 +153,43 @@ approaches = {
     "naive (onnx-light)": naive_onnx_light,
     "shared (onnx-light)": shared,
 }
-rows = []
-for name, fn in approaches.items():
-    for _ in range(REPEAT):
-        with PeakMemory() as peak:
-            written = fn()
-        rows.append(
-            dict(
-                approach=name,
-                seconds=peak.seconds,
-                written_MiB=sum(os.path.getsize(os.path.join(folder, f)) for f in written) / MiB,
-                peak_growth_MiB=peak.growth / MiB,
-                files=", ".join(written),
-            )
-        )
-table = (
-    pandas.DataFrame(rows)
-    .groupby("approach", sort=False)
-    .agg(
-        seconds=("seconds", "median"),
-        written_MiB=("written_MiB", "max"),
-        peak_growth_MiB=("peak_growth_MiB", "max"),
-        files=("files", "first"),
-    )
+
+
+def remove_outputs(name: str) -> None:
+    for f in os.listdir(folder):
+        if f not in first_files:
+            os.remove(os.path.join(folder, f))
+
+
+rounds = measure_rounds(
+    approaches, warm_files=[os.path.join(folder, f) for f in first_files], before=remove_outputs
 )
+written = {name: fn() for name, fn in approaches.items()}  # once more, to keep the files
+table = pandas.DataFrame(rounds.summary()).set_index("operation")
+table["written MiB"] = [
+    sum(os.path.getsize(os.path.join(folder, f)) for f in written[name]) / MiB
+    for name in table.index
+]
+table["files"] = [", ".join(written[name]) for name in table.index]
 table.round(3)
 
 # %%
-# In words, from this run's table. The two naive saves do the same work (read
-# every weight, write every weight); onnx-light's writes temporary files and
-# renames them over the previous run's files, onnx writes in place: which
-# one is faster depends on the machine and the filesystem, so the page prints
-# it. What the shared save is for does not depend on the machine, and is
+# In words, from this build's rounds. The two naive saves do the same work
+# (read every weight, write every weight); which one is faster depends on
+# the machine and the filesystem, and is said only when it holds beyond the
+# spread. What the shared save is for does not depend on the machine, and is
 # asserted: it writes a fraction of the bytes and holds no weight in memory.
 
-naive_o, naive_l, sh = (table.loc[k] for k in approaches)
 print(f"measured on {describe_machine()}")
-print(
-    f"naive saves: onnx {naive_o.seconds:.3f} s, onnx-light {naive_l.seconds:.3f} s "
-    f"({naive_l.seconds / naive_o.seconds:.2f}x onnx's time); shared: {sh.seconds:.3f} s "
-    f"({sh.seconds / naive_l.seconds:.2f}x the naive onnx-light save), "
-    f"{sh.written_MiB:.1f} MiB written instead of {naive_l.written_MiB:.1f} MiB"
+print(rounds.compare("naive (onnx-light)", "naive (onnx)").sentence())
+print(rounds.compare("shared (onnx-light)", "naive (onnx-light)").sentence())
+shared_mib, naive_mib = (
+    table.loc["shared (onnx-light)", "written MiB"],
+    table.loc["naive (onnx-light)", "written MiB"],
 )
-assert sh.written_MiB < 0.5 * naive_l.written_MiB
-assert sh.peak_growth_MiB < naive_l.peak_growth_MiB
+print(f"the shared save wrote {shared_mib:.1f} MiB instead of {naive_mib:.1f} MiB")
+assert shared_mib < 0.5 * naive_mib
+assert max(rounds.peaks("shared (onnx-light)")) < min(rounds.peaks("naive (onnx-light)"))
 
 # %%
 # What the shared variant points at
@@ -270,7 +257,7 @@ print(f"max |shared - numpy| = {np.abs(got_shared - expected).max():.2e}")
 # The result in one picture: the bytes each way writes.
 
 summary_bars(
-    list(table.index), list(table["written_MiB"]), "MiB", "bytes written to save the variant"
+    list(table.index), list(table["written MiB"]), "MiB", "bytes written to save the variant"
 )
 plt.show()
 
@@ -282,16 +269,22 @@ plt.show()
 # holds the unchanged ones in memory.
 
 colors = ["#d62728", "#ff7f0e", "#2ca02c"]
-labels = [n.replace(" (", "\n(") for n in table.index]
+names = list(table.index)
+labels = [n.replace(" (", "\n(") for n in names]
 fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
 panels = [
-    ("seconds", "wall time", "seconds"),
-    ("written_MiB", "bytes written on disk", "MiB"),
-    ("peak_growth_MiB", "peak RSS growth", "MiB"),
+    ([rounds.seconds(n) for n in names], "wall time", "seconds (median, line: min-max)"),
+    ([[v] for v in table["written MiB"]], "bytes written on disk", "MiB"),
+    ([rounds.peaks(n) for n in names], "peak RSS growth", "MiB (median, line: min-max)"),
 ]
-for ax, (column, title, unit) in zip(axes, panels, strict=True):
-    bars = ax.bar(labels, table[column], color=colors)
-    ax.bar_label(bars, fmt="%.3g", fontsize=8)
+for ax, (values, title, unit) in zip(axes, panels, strict=True):
+    mids = [float(np.median(v)) for v in values]
+    spread = [
+        [m - min(v) for m, v in zip(mids, values)],
+        [max(v) - m for m, v in zip(mids, values)],
+    ]
+    bars = ax.bar(labels, mids, yerr=spread, capsize=4, color=colors)
+    ax.bar_label(bars, fmt="%.3g", fontsize=8, padding=2)
     ax.set_title(title)
     ax.set_ylabel(unit)
     ax.tick_params(axis="x", labelsize=8)

@@ -18,9 +18,11 @@ We time both with 1, 2 and 4 threads for the three usual layouts of a model:
   all_tensors_to_one_file=False)`` writes, one file named after each tensor.
 
 :func:`onnx.load` and :func:`onnx.save` give a reference for each layout.
-Each measurement is repeated and the best time kept. Loads are timed with
-the files in the page cache and after evicting them; saves write to the page
-cache (the kernel flushes to disk later).
+Each call runs in a process of its own, in interleaved rounds
+(:func:`onnx_light.bench.measure_rounds`, the method of ``make bench``), and
+the tables give the median over the rounds. Loads are timed with the files
+in the page cache and after evicting them; saves write to the page cache
+(the kernel flushes to disk later).
 """
 
 # %%
@@ -31,21 +33,23 @@ import os
 import tempfile
 
 import matplotlib.pyplot as plt
+import numpy as np
 import onnx
 import pandas
 
 import onnx_light.onnx as onnxl
 from onnx_light.bench import (
-    best_time,
+    compare,
     describe_machine,
     evict,
     make_gemm_model,
+    measure_rounds,
     summary_bars,
     weights_nbytes,
 )
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
-N_WEIGHTS, DIM = (4, 128) if SMALL else (32, 1024)
+N_WEIGHTS, DIM = (4, 128) if SMALL else (16, 1024)
 
 
 THREADS = [1, 2, 4]
@@ -115,31 +119,39 @@ def evict_folder(folder: str) -> None:
     evict(os.path.join(folder, f) for f in os.listdir(folder))
 
 
-caches = ["warm", "cold"] if hasattr(os, "posix_fadvise") else ["warm"]
+def who(threads: int) -> str:
+    return "onnx" if threads == 0 else f"onnx-light, {threads} thread{'s' if threads > 1 else ''}"
+
+
 rows = []
-for cache in caches:
-    for name, path in sources.items():
-        setup = (lambda f=folders[name]: evict_folder(f)) if cache == "cold" else None
-        operation = f"load ({cache})"
+
+
+def measure(operation: str, calls: dict, **how) -> None:
+    """Measure ``{(layout, threads): call}`` in rounds; one row per call."""
+    rounds = measure_rounds({f"{layout} | {k}": fn for (layout, k), fn in calls.items()}, **how)
+    for layout, k in calls:
+        secs = rounds.seconds(f"{layout} | {k}")
         rows.append(
             {
                 "operation": operation,
-                "layout": name,
-                "library": "onnx",
-                "threads": 0,
-                "seconds": best_time(lambda p=path: onnx.load(p), setup),
+                "layout": layout,
+                "who": who(k),
+                "threads": k,
+                "seconds": float(np.median(secs)),
+                "rounds": secs,
             }
         )
-        for k in THREADS:
-            rows.append(
-                {
-                    "operation": operation,
-                    "layout": name,
-                    "library": "onnx-light",
-                    "threads": k,
-                    "seconds": best_time(lambda p=path, k=k: onnxl.load(p, num_threads=k), setup),
-                }
-            )
+
+
+loads = {}
+for name, path in sources.items():
+    loads[(name, 0)] = lambda p=path: onnx.load(p)
+    for k in THREADS:
+        loads[(name, k)] = lambda p=path, k=k: onnxl.load(p, num_threads=k)
+every_file = [os.path.join(f, n) for f in folders.values() for n in os.listdir(f)]
+measure("load (warm)", loads, warm_files=every_file)
+if hasattr(os, "posix_fadvise"):
+    measure("load (cold)", loads, before=lambda case: evict_folder(folders[case.split(" | ")[0]]))
 
 # %%
 # Saving
@@ -153,12 +165,9 @@ for cache in caches:
 # memory, have nothing to do.
 #
 # The destination folder is emptied before every save, outside the timing:
-# :func:`onnx.save` *appends* to an external data file that already exists
-# (saving twice doubles it), and replacing a large file costs its deletion,
-# which is not what we want to measure. :func:`onnx.save` also turns the
-# tensors of the model it is given into references, so each call gets a
-# fresh copy, made outside the timing too (onnx-light leaves the model
-# unchanged and needs none).
+# replacing a large file costs its deletion, which is not what we want to
+# measure. :func:`onnx.save` turns the tensors of the model it is given into
+# references: in a process of its own, it changes that process's copy only.
 
 dst = os.path.join(tmp.name, "dst")
 os.mkdir(dst)
@@ -166,27 +175,18 @@ dst_onnx = os.path.join(dst, "model.onnx")
 referencing = onnxl.load(sources["one file per tensor"], load_external_data=False)
 
 
-pending = {}
-
-
-def empty_destination() -> None:
+def empty_destination(_case: str = "") -> None:
     for f in os.listdir(dst):
         os.remove(os.path.join(dst, f))
 
 
-def prepare_onnx_save() -> None:
-    empty_destination()
-    pending["copy"] = fresh_copy()
-
-
 def onnx_save(layout: str) -> None:
-    copy = pending.pop("copy")
     if layout == "one file":
-        onnx.save(copy, dst_onnx)
+        onnx.save(model, dst_onnx)
     elif layout == "two files":
-        onnx.save(copy, dst_onnx, save_as_external_data=True, location="model.onnx.data")
+        onnx.save(model, dst_onnx, save_as_external_data=True, location="model.onnx.data")
     else:
-        onnx.save(copy, dst_onnx, save_as_external_data=True, all_tensors_to_one_file=False)
+        onnx.save(model, dst_onnx, save_as_external_data=True, all_tensors_to_one_file=False)
 
 
 def onnxl_save(layout: str, threads: int) -> None:
@@ -201,26 +201,12 @@ def onnxl_save(layout: str, threads: int) -> None:
         onnxl.save(referencing, dst_onnx, location="model.onnx.data", options=opts)
 
 
+saves = {}
 for name in sources:
-    rows.append(
-        {
-            "operation": "save (warm)",
-            "layout": name,
-            "library": "onnx",
-            "threads": 0,
-            "seconds": best_time(lambda n=name: onnx_save(n), prepare_onnx_save),
-        }
-    )
+    saves[(name, 0)] = lambda n=name: onnx_save(n)
     for k in THREADS:
-        rows.append(
-            {
-                "operation": "save (warm)",
-                "layout": name,
-                "library": "onnx-light",
-                "threads": k,
-                "seconds": best_time(lambda n=name, k=k: onnxl_save(n, k), empty_destination),
-            }
-        )
+        saves[(name, k)] = lambda n=name, k=k: onnxl_save(n, k)
+measure("save (warm)", saves, before=empty_destination)
 
 df = pandas.DataFrame(rows)
 df["MiB/s"] = (size / MiB / df["seconds"]).round(0)
@@ -230,11 +216,7 @@ df["seconds"] = df["seconds"].round(4)
 # The numbers
 # -----------
 
-df["who"] = [
-    "onnx" if lib == "onnx" else f"onnx-light, {k} thread{'s' if k > 1 else ''}"
-    for lib, k in zip(df["library"], df["threads"], strict=True)
-]
-# Seconds per operation:
+# Median seconds per operation:
 
 df.pivot(index=["operation", "layout"], columns="who", values="seconds")
 
@@ -247,16 +229,19 @@ df.pivot(index=["operation", "layout"], columns="who", values="MiB/s")
 # What it says
 # ------------
 #
-# The speed-up of 4 threads over 1, per operation and layout:
+# The speed-up of 4 threads over 1 (ratio of medians), per operation and
+# layout:
 
-speedup = df[df["library"] == "onnx-light"].pivot(
+speedup = df[df["threads"] > 0].pivot(
     index=["operation", "layout"], columns="threads", values="seconds"
 )
 (speedup[1] / speedup[4]).round(2).rename("speed with 4 threads / with 1").to_frame()
 
 # %%
-# In words, from this build's numbers (they move from one run to the next on
-# a shared machine: the page prints them rather than stating them):
+# In words, from this build's rounds: 4 threads against 1 is a ranking
+# only when it holds beyond the spread of the rounds
+# (:func:`onnx_light.bench.compare`), else the two are within this
+# machine's noise.
 
 print(f"measured on {describe_machine()}")
 ratio = (speedup[1] / speedup[4]).rename("gain")
@@ -272,23 +257,30 @@ def no_parallel_work(operation: str, layout: str) -> str | None:
     return None
 
 
-for (operation, layout), gain in ratio.items():
+def rounds_of(operation: str, layout: str, threads: int) -> list[float]:
+    part = df[(df["operation"] == operation) & (df["layout"] == layout)]
+    return part[part["threads"] == threads]["rounds"].iloc[0]
+
+
+paid_off = []
+for operation, layout in ratio.index:
     why = no_parallel_work(operation, layout)
     if why is not None:
-        print(f"{operation}, {layout}: num_threads changes nothing ({why}); {gain:.2f}x is noise")
+        print(f"{operation}, {layout}: num_threads changes nothing ({why})")
         continue
-    verdict = "faster" if gain > 1.1 else "slower" if gain < 0.9 else "no faster"
-    print(f"{operation}, {layout}: with 4 threads {gain:.2f}x the speed of 1 ({verdict})")
-ratio = ratio[[no_parallel_work(op, layout) is None for op, layout in ratio.index]]
-best = ratio.idxmax()
-if ratio.max() > 1.1:
-    print(f"threads paid off most for {best[0]}, {best[1]}: {ratio.max():.2f}x")
-else:
-    print("threads paid off in no case on this machine, in this build")
+    c = compare(
+        "4 threads", rounds_of(operation, layout, 4), "1 thread", rounds_of(operation, layout, 1)
+    )
+    print(f"{operation}, {layout}: {c.sentence()}")
+    if c.separated and c.ratio < 1:
+        paid_off.append(f"{operation}, {layout}")
+if not paid_off:
+    print("threads paid off beyond the noise in no case, on this machine, in this build")
 print(
     f"the default num_threads=None uses at most {min(4, os.cpu_count() or 1)} threads "
     "here (one per data file, at most 4 and the CPUs)"
 )
+ratio = ratio[[no_parallel_work(op, layout) is None for op, layout in ratio.index]]
 
 # %%
 # Why:
@@ -313,13 +305,19 @@ print(
 # latency. Measure on the machine that matters.
 
 # %%
-# The result in one picture: what 4 threads do to the speed of 1, per case.
+# The result in one picture: what 4 threads do to the speed of 1, per case
+# (the ratio of the two times of each round: median and min-max).
 
 summary_bars(
     [f"{op}, {layout}" for op, layout in ratio.index],
-    list(ratio.values),
+    {
+        f"{op}, {layout}": [
+            a / b for a, b in zip(rounds_of(op, layout, 1), rounds_of(op, layout, 4), strict=True)
+        ]
+        for op, layout in ratio.index
+    },
     "x",
-    "speed with 4 threads / with 1",
+    "speed with 4 threads / with 1, per round",
     reference=1.0,
     reference_label="no change",
 )
@@ -329,24 +327,37 @@ plt.show()
 # Plot
 # ----
 #
-# Throughput against the number of threads, one line per layout; the dashed
-# horizontal lines are onnx, which has no threads, in the same colours.
+# Throughput against the number of threads, one line per layout (median
+# of the rounds, bars from the slowest to the fastest); the dashed
+# horizontal lines are onnx (median), which has no threads, in the same
+# colours.
 
 operations = list(dict.fromkeys(df["operation"]))
 fig, axes = plt.subplots(1, len(operations), figsize=(5 * len(operations), 4.8), sharey=True)
 for ax, operation in zip(axes, operations, strict=True):
     part = df[df["operation"] == operation]
     for i, name in enumerate(sources):
-        light = part[(part["library"] == "onnx-light") & (part["layout"] == name)]
-        ref = part[(part["library"] == "onnx") & (part["layout"] == name)]
+        light = part[(part["threads"] > 0) & (part["layout"] == name)]
+        ref = part[(part["threads"] == 0) & (part["layout"] == name)]
         color = f"C{i}"
-        ax.plot(light["threads"], light["MiB/s"], "o-", color=color, label=f"onnx-light, {name}")
+        speed = np.array([size / MiB / np.median(r) for r in light["rounds"]])
+        fastest = np.array([size / MiB / min(r) for r in light["rounds"]])
+        slowest = np.array([size / MiB / max(r) for r in light["rounds"]])
+        ax.errorbar(
+            light["threads"],
+            speed,
+            yerr=[speed - slowest, fastest - speed],
+            fmt="o-",
+            capsize=3,
+            color=color,
+            label=f"onnx-light, {name}",
+        )
         ax.axhline(float(ref["MiB/s"].iloc[0]), color=color, ls="--", lw=1, label=f"onnx, {name}")
     ax.set_xticks(THREADS)
     ax.set_xlabel("num_threads")
     ax.set_title(f"{operation}, {size / MiB:.0f} MiB")
     ax.grid(alpha=0.3)
-axes[0].set_ylabel("MiB/s (higher is better)")
+axes[0].set_ylabel("MiB/s (median, bars: min-max; higher is better)")
 axes[-1].legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 fig.tight_layout()
 if os.environ.get("SAVE_FIG"):

@@ -11,7 +11,6 @@
 - ``onnx_light.bench.rounds``: the measuring method of the gallery and
   ``make bench``: each operation in a process of its own, interleaved
   rounds, the spread kept;
-- ``onnx_light.bench.timing``: the best wall time of several runs;
 - ``onnx_light.bench.cache``: files dropped from the page cache;
 - ``onnx_light.bench.compare``: a ranking stated only when it holds
   beyond the spread of the rounds;
@@ -37,7 +36,6 @@ from .models import (
 from .rounds import Rounds, Run, default_rounds, measure_rounds
 from .status import read_status
 from .timeline import RssTimeline, Sample
-from .timing import best_time, default_repeat
 
 __all__ = [
     "Comparison",
@@ -46,9 +44,7 @@ __all__ = [
     "RssTimeline",
     "Run",
     "Sample",
-    "best_time",
     "compare",
-    "default_repeat",
     "default_rounds",
     "describe_machine",
     "evict",

@@ -138,6 +138,8 @@ class Run:
         seconds: wall time.
         peak: peak RSS growth in bytes, from the kernel.
         samples: RSS over time (``timeline=True`` only, else empty).
+        value: what the call returned, when JSON can carry it (a dict of
+            numbers measured inside the call, for example), else None.
     """
 
     name: str
@@ -145,6 +147,7 @@ class Run:
     seconds: float
     peak: int
     samples: tuple[Sample, ...] = field(default=(), repr=False)
+    value: object = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,10 @@ class Rounds:
     def peaks(self, name: str, scale: float = MiB) -> list[float]:
         """Peak RSS growths of ``name``, one per round, in units of ``scale`` bytes."""
         return [r.peak / scale for r in self.runs if r.name == name]
+
+    def values(self, name: str) -> list:
+        """What the calls of ``name`` returned, one per round (see :attr:`Run.value`)."""
+        return [r.value for r in self.runs if r.name == name]
 
     def samples(self, name: str) -> tuple[Sample, ...]:
         """The RSS timeline of ``name``'s last round (empty without ``timeline=True``)."""
@@ -209,10 +216,15 @@ def _child(fn: Callable[[], object], timeline: bool, out: int) -> None:
     try:
         tl = RssTimeline(interval=0.002) if timeline else contextlib.nullcontext()
         with PeakMemory() as pm, tl as samples:
-            fn()
+            value = fn()
         record = {"seconds": pm.seconds, "peak": pm.growth}
         if timeline:
             record["samples"] = [[s.t, s.rss, s.anon, s.file] for s in samples.samples]
+        try:
+            json.dumps(value)
+            record["value"] = value
+        except (TypeError, ValueError):  # not for JSON (a model, a session...): not kept
+            pass
     except BaseException:  # noqa: BLE001 - reported to the parent, whatever it was
         record, code = {"error": traceback.format_exc()}, 1
     try:
@@ -265,7 +277,8 @@ def measure_rounds(
     free-page reporting is held, and ``sync`` flushes earlier writes.
 
     Args:
-        cases: name -> a call without arguments; it runs in a forked child.
+        cases: name -> a call without arguments; it runs in a forked child,
+            and what it returns is kept when JSON can carry it.
         rounds: rounds (None: :func:`default_rounds`).
         warm_files: files to have in the page cache before each run.
         before: called with the case's name before each of its runs.
@@ -302,5 +315,5 @@ def measure_rounds(
                 os.sync()
                 rec = _fork_run(name, cases[name], timeline)
                 samples = tuple(Sample(*s) for s in rec.get("samples", ()))
-                runs.append(Run(name, r, rec["seconds"], rec["peak"], samples))
+                runs.append(Run(name, r, rec["seconds"], rec["peak"], samples, rec.get("value")))
     return Rounds(tuple(runs), held)
