@@ -24,8 +24,8 @@ described in :ref:`l-howto-align-external-data-streaming`.
 # ----------------------
 #
 # Each weight of :func:`onnx_light.bench.make_gemm_model` weighs
-# ``4 * DIM * DIM`` bytes; the limit lets two weights and their biases in a
-# shard.
+# ``4 * DIM * DIM`` bytes; the limit leaves room for two weights and their
+# biases in each shard.
 
 import os
 import shutil
@@ -142,7 +142,8 @@ print(dict(zip(shards.location.unique(), web.location.unique(), strict=True)))
 # Load it back
 # ------------
 #
-# :func:`onnx_light.onnx.load` reads the shards (one reader per file) and
+# :func:`onnx_light.onnx.load` reads the shards (up to four readers, one per
+# file) and
 # returns the same weights as the original model; onnxruntime runs both
 # sharded models and computes the same outputs as the model in memory.
 

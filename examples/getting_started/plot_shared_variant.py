@@ -7,8 +7,8 @@ Save a variant that shares the first model's weights
 A fine-tuned layer, a swapped head: a variant differs from a first model
 in a few weights. :func:`onnx_light.onnx.save_model_with_shared_external_data`
 saves it next to the first model and writes only the new weights: every
-unchanged tensor keeps pointing at the first model's weights file, which
-is neither read nor modified.
+unchanged tensor keeps pointing at the first model's weights file, whose
+bytes are neither read nor written.
 
 This example loads a model without its weights, replaces one initializer,
 saves the variant beside the first model, and compares it with a full
