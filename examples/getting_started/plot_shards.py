@@ -142,10 +142,10 @@ print(dict(zip(shards.location.unique(), web.location.unique(), strict=True)))
 # Load it back
 # ------------
 #
-# :func:`onnx_light.onnx.load` reads the shards (up to four readers, one per
-# file) and
-# returns the same weights as the original model; onnxruntime runs both
-# sharded models and computes the same outputs as the model in memory.
+# :func:`onnx_light.onnx.load` reads the shards (up to four readers, one
+# per file) and returns the same weights as the original model; onnxruntime
+# runs both sharded models and computes the same outputs as the model in
+# memory.
 
 original = {t.name: onnxl.numpy_helper.to_array(t) for t in model.graph.initializer}
 loaded = onnxl.load(os.path.join(folder, "model.onnx"))
