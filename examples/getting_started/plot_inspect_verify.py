@@ -48,12 +48,11 @@ onnx.save(
 )
 
 
-def onnx_light_cli(*args: str, expect: int = 0, lines: int | None = None) -> str:
-    """Run ``onnx-light ARGS`` in the example's folder, print and return its output.
+def onnx_light(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
+    """Run ``onnx-light ARGS`` in the example's folder.
 
     ``expect`` is the exit code it must return: 0 for success, 1 for a
-    failure (a bad reference, a missing file); ``lines``: print only the
-    first lines.
+    failure (a bad reference, a missing file).
     """
     proc = subprocess.run(
         [sys.executable, "-m", "onnx_light", *args],
@@ -63,15 +62,18 @@ def onnx_light_cli(*args: str, expect: int = 0, lines: int | None = None) -> str
         text=True,
     )
     assert proc.returncode == expect, (proc.returncode, proc.stderr)
-    print("$ onnx-light", " ".join(args), f"   # exit code {proc.returncode}")
+    return proc
+
+
+def show(proc: subprocess.CompletedProcess, lines: int | None = None) -> None:
+    """Print a command, its exit code and what it printed (the first ``lines``)."""
+    print("$ onnx-light", " ".join(proc.args[3:]), f"   # exit code {proc.returncode}")
     # paths relative to the example's temporary folder, for reading
     out = (proc.stdout + proc.stderr).replace(folder + os.sep, "").rstrip().split("\n")
     shown = out if lines is None else out[:lines]
-    if shown:
-        print("\n".join(shown))
+    print("\n".join(shown))
     if len(out) > len(shown):
         print(f"... ({len(out) - len(shown)} more lines)")
-    return proc.stdout
 
 
 # %%
@@ -84,13 +86,15 @@ def onnx_light_cli(*args: str, expect: int = 0, lines: int | None = None) -> str
 # 65536. onnx writes the tensors back to back: this model is not aligned
 # (:ref:`l-example-plot-realign` fixes that).
 
-onnx_light_cli("info", "good/model.onnx")
+show(onnx_light("info", "good/model.onnx"))
 
 # %%
 # ``--json`` prints the same as one JSON document, for scripts (on a
 # failure too: ``{"error": ..., "model": ...}``).
 
-info = json.loads(onnx_light_cli("info", "good/model.onnx", "--json", lines=16))
+proc = onnx_light("info", "good/model.onnx", "--json")
+show(proc, lines=16)
+info = json.loads(proc.stdout)
 print(sorted(info))
 print(info["files"])
 
@@ -108,7 +112,7 @@ tensors[["dtype", "shape", "location", "offset", "length"]].head(4)
 # folder, its byte range fits in the file, and its length matches its data
 # type and shape.
 
-onnx_light_cli("verify", "good/model.onnx")
+show(onnx_light("verify", "good/model.onnx"))
 
 # %%
 # A broken copy: the weights file cut short
@@ -128,7 +132,7 @@ cut = int(full_size * 0.6)
 os.truncate(data, cut)
 print(f"model.onnx.data: {full_size} bytes, cut to {cut}")
 
-onnx_light_cli("verify", "broken/model.onnx", expect=1)
+show(onnx_light("verify", "broken/model.onnx", expect=1))
 
 # %%
 # The same check runs before :func:`onnx_light.onnx.load` reads any weight:
@@ -146,7 +150,7 @@ else:
 # A script finds the same from ``info --json``: a tensor whose
 # ``offset + length`` is past its file's ``file_size``.
 
-broken_info = json.loads(onnx_light_cli("info", "broken/model.onnx", "--json", lines=0))
+broken_info = json.loads(onnx_light("info", "broken/model.onnx", "--json").stdout)
 sizes = {f["location"]: f["file_size"] for f in broken_info["files"]}
 cut_off = [
     t["name"] for t in broken_info["tensors"] if t["offset"] + t["length"] > sizes[t["location"]]
