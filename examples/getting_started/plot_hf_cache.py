@@ -69,7 +69,7 @@ onnx.save(
 
 def sha256(path: str) -> str:
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 repo = os.path.join(folder, "models--org--tiny")

@@ -51,7 +51,7 @@ onnxl.save(make_gemm_model(N_WEIGHTS, DIM), first, location="first.onnx.data", o
 
 def sha256(path: str) -> str:
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 first_files = {name: sha256(os.path.join(folder, name)) for name in os.listdir(folder)}
