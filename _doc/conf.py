@@ -463,32 +463,46 @@ def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None)
 # sphinx-gallery writes, for each object of ``doc_module`` an example uses,
 # the list of those examples (``backreferences_all.json`` in
 # ``backreferences_dir``, before any page is read). Every function, class
-# and exception autodoc documents that an example uses gets, at the end of
-# its docstring, a rubric and a ``minigallery`` of those examples; an object
-# no example uses gets nothing. A rubric, not the directive's own heading:
-# a heading opens a section, which would swallow a class's members.
+# and exception autodoc documents that an example uses (a class: it or one
+# of its members) gets, at the end of its docstring, a rubric and a
+# ``minigallery`` of those examples; an object no example uses gets
+# nothing. A rubric, not the directive's own heading: a heading opens a
+# section, which would swallow a class's members.
 MINIGALLERY_KINDS = {"function", "class", "exception"}
 
 
-def _examples_using(app, name: str) -> bool:
-    """Whether some gallery example uses the object ``name``."""
+def _used_names(app, name: str, what: str) -> list[str]:
+    """The names under which gallery examples use the object ``name``.
+
+    For a class, its methods and properties count: an example that calls
+    ``rounds.compare(...)`` uses the class ``Rounds``.
+    """
     path = os.path.join(
         app.srcdir, app.config.sphinx_gallery_conf["backreferences_dir"], "backreferences_all.json"
     )
     try:
         with open(path, encoding="utf-8") as f:
-            return bool(json.load(f).get(name))
+            used = {key for key, examples in json.load(f).items() if examples}
     except FileNotFoundError:
-        return False
+        return []
+    members = what in {"class", "exception"}
+    return sorted(k for k in used if k == name or (members and k.startswith(name + ".")))
 
 
 def add_minigallery(app, what, name, obj, options, lines) -> None:
     """``autodoc-process-docstring``: append "Examples using NAME" and their thumbnails."""
-    if what not in MINIGALLERY_KINDS or not _examples_using(app, name):
+    used = _used_names(app, name, what) if what in MINIGALLERY_KINDS else []
+    if not used:
         return
     short = name.rsplit(".", 1)[-1]
     lines.extend(
-        ["", f".. rubric:: Examples using ``{short}``", "", f".. minigallery:: {name}", ""]
+        [
+            "",
+            f".. rubric:: Examples using ``{short}``",
+            "",
+            f".. minigallery:: {' '.join(used)}",
+            "",
+        ]
     )
 
 
