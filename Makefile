@@ -18,8 +18,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(PY) -m ruff check onnx_light tests examples benchmarks lint _doc/conf.py _doc/check_links.py _doc/conclusions.py
-	$(PY) -m ruff format --check onnx_light tests examples benchmarks _doc/conf.py _doc/check_links.py _doc/conclusions.py
+	$(PY) -m ruff check onnx_light tests examples benchmarks lint _doc/conf.py _doc/check_links.py _doc/conclusions.py _doc/gallery_order.py
+	$(PY) -m ruff format --check onnx_light tests examples benchmarks _doc/conf.py _doc/check_links.py _doc/conclusions.py _doc/gallery_order.py
 	$(PY) -m vulture onnx_light benchmarks examples lint/vulture_allowlist.py --min-confidence 60
 
 doc: $(STAMP)

@@ -41,6 +41,7 @@ from sphinx.util.parsing import nested_parse_to_nodes
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)  # gallery_order, imported by name by sphinx-gallery
 
 import onnx_light  # noqa: E402
 
@@ -114,7 +115,7 @@ sphinx_gallery_conf = {
     "filename_pattern": "plot_",  # run every example
     # Getting started first, then the benchmarks
     "subsection_order": ["../examples/getting_started", "../examples/benchmarks"],
-    "within_subsection_order": "FileNameSortKey",
+    "within_subsection_order": "gallery_order.ReadingOrder",  # _doc/gallery_order.py
     "image_scrapers": ("matplotlib",),
     "reset_modules": ("matplotlib",),
     "remove_config_comments": True,

@@ -89,7 +89,8 @@ def test_summary_and_figure_show_the_spread():
     fig = summary_bars(["a"], {"a": rounds.seconds("a")}, "s", "title")
     ax = fig.axes[0]
     assert "min-max" in ax.get_xlabel()
-    assert any("(" in t.get_text() for t in ax.texts)  # median (min-max) written
+    assert [t.get_text().endswith(" s") for t in ax.texts] == [True]  # the median written
+    assert ax.get_xlim()[1] > max(rounds.seconds("a"))  # the whole line shows
 
 
 def test_what_a_case_returns_is_kept_when_json_can_carry_it():

@@ -326,6 +326,7 @@ fig.tight_layout()
 # of the model (the weights read into the model) and more; the streaming
 # path stays flat, because the bytes never enter the process.
 
+# sphinx_gallery_thumbnail_number = 3
 fig, ax = plt.subplots(figsize=(8, 3.8))
 for name in ("in memory (load + save)", "streaming"):
     samples = curves.samples(name)

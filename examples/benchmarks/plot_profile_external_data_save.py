@@ -257,6 +257,7 @@ print(timed.compare("onnx-light", "onnx").sentence())
 # The result in one picture: the wall time of each save, median and
 # min-max over the rounds.
 
+# sphinx_gallery_thumbnail_number = 1
 summary_bars(list(wall), wall, "s", f"save of {size / MiB:.0f} MiB")
 plt.show()
 

@@ -256,6 +256,7 @@ print(f"max |shared - numpy| = {np.abs(got_shared - expected).max():.2e}")
 # %%
 # The result in one picture: the bytes each way writes.
 
+# sphinx_gallery_thumbnail_number = 1
 summary_bars(
     list(table.index), list(table["written MiB"]), "MiB", "bytes written to save the variant"
 )

@@ -128,7 +128,12 @@ rows = []
 
 def measure(operation: str, calls: dict, **how) -> None:
     """Measure ``{(layout, threads): call}`` in rounds; one row per call."""
-    rounds = measure_rounds({f"{layout} | {k}": fn for (layout, k), fn in calls.items()}, **how)
+    rounds = measure_rounds(
+        {f"{layout} | {k}": fn for (layout, k), fn in calls.items()},
+        rounds=1 if SMALL else 3,
+        prime_bytes=size,
+        **how,
+    )
     for layout, k in calls:
         secs = rounds.seconds(f"{layout} | {k}")
         rows.append(
@@ -308,6 +313,7 @@ ratio = ratio[[no_parallel_work(op, layout) is None for op, layout in ratio.inde
 # The result in one picture: what 4 threads do to the speed of 1, per case
 # (the ratio of the two times of each round: median and min-max).
 
+# sphinx_gallery_thumbnail_number = 1
 summary_bars(
     [f"{op}, {layout}" for op, layout in ratio.index],
     {

@@ -42,10 +42,7 @@ def summary_bars(
             [m - min(r) for m, r in zip(mids, rounds)],
             [max(r) - m for m, r in zip(mids, rounds)],
         ]
-        texts = [
-            f"{m:.3g} {unit}" + (f" ({min(r):.3g}-{max(r):.3g})" if len(r) > 1 else "")
-            for m, r in zip(mids, rounds)
-        ]
+        texts = [f"{m:.3g} {unit}" for m in mids]  # the spread is the line, not more text
         top_value = max(max(r) for r in rounds)
     else:
         mids, err = list(values), None
@@ -66,7 +63,7 @@ def summary_bars(
     ax.set_title(title, fontsize=13)
     xlabel = unit if err is None else f"{unit} (median, line: min-max over rounds)"
     ax.set_xlabel(xlabel, fontsize=12)
-    ax.set_xlim(0, top * (1.35 if err is None else 1.6))
+    ax.set_xlim(0, top * 1.4)
     if reference is not None:
         ax.axvline(reference, color="k", ls="--", lw=1, label=reference_label)
         ax.legend(fontsize=11, loc="lower right")

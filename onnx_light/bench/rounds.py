@@ -19,7 +19,7 @@ faults. So every measurement here is made
 
 Each run reports its wall time and its peak RSS growth from the kernel
 (:class:`~onnx_light.bench.PeakMemory`); the spread over the rounds is kept,
-and :meth:`Rounds.compare` states a ranking only when it holds beyond it.
+and :meth:`~onnx_light.bench.Rounds.compare` states a ranking only when it holds beyond it.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ HOLD_FREE_MS = 120_000  # the largest delay this kernel took was between 120 and
 def default_rounds() -> int:
     """Rounds per measure: 5, or 1 in a quick run (``UNITTEST_GOING=1``).
 
-    Five rounds give a spread a ranking can be tested against
-    (:data:`~onnx_light.bench.compare.MIN_ROUNDS` is 3).
+    Five rounds give a spread a ranking can be tested against (a ranking
+    needs at least 3 rounds of each, see :func:`~onnx_light.bench.compare`).
     """
     return 1 if os.environ.get("UNITTEST_GOING", "0") == "1" else 5
 
@@ -156,7 +156,7 @@ class Rounds:
 
     Attributes:
         runs: the runs in the order they were made.
-        held: what :func:`hold_free_pages` changed (None: nothing).
+        held: what :func:`~onnx_light.bench.rounds.hold_free_pages` changed (None: nothing).
     """
 
     runs: tuple[Run, ...]
@@ -176,7 +176,7 @@ class Rounds:
         return [r.peak / scale for r in self.runs if r.name == name]
 
     def values(self, name: str) -> list:
-        """What the calls of ``name`` returned, one per round (see :attr:`Run.value`)."""
+        """What the calls of ``name`` returned, one per round (see ``Run.value``)."""
         return [r.value for r in self.runs if r.name == name]
 
     def samples(self, name: str) -> tuple[Sample, ...]:
