@@ -107,3 +107,17 @@ def test_skip_raw_data_model_from_hf_cache_saved_self_contained(tmp_path):
     opts = onnxl.SerializeOptions(use_external_data_location=False, base_dir=snap / "model.onnx")
     onnxl.save(meta, tmp_path / "mine.onnx", options=opts)
     assert tensor_bytes(onnx.load(str(tmp_path / "mine.onnx"))) == tensor_bytes(model)
+
+
+@pytest.mark.parametrize("layout", ["both-linked", "onnx-linked"])
+def test_hf_snapshot_in_place_is_refused_with_what_to_do(tmp_path, layout):
+    """Re-aligning a cache's link onto itself: refused, saying why and what to do instead."""
+    path, tensors = _hf_snapshot(tmp_path, layout)
+    cache_before = folder_digest(tmp_path / "models--org--name" / "blobs")
+    with pytest.raises(onnxl.ExternalDataError) as info:
+        onnxl.align_external_data_streaming(path, path)
+    message = str(info.value)
+    assert "is a symbolic link" in message and "into a folder of your own" in message
+    assert "pass the source .onnx as the destination" not in message
+    assert folder_digest(tmp_path / "models--org--name" / "blobs") == cache_before
+    assert tensor_bytes(onnxl.load(path)) == tensors

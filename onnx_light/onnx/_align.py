@@ -36,7 +36,13 @@ from ._scan import PROTOBUF_LIMIT, scan_model
 from ._serialize import Spliced, piece_size, serialize_pieces, strip_raw_data
 from ._shards import WeightsFiles
 from ._sources import SourceFiles
-from ._targets import check_targets, destination_path, is_in_place, weights_destination
+from ._targets import (
+    check_targets,
+    destination_path,
+    is_in_place,
+    real_entry,
+    weights_destination,
+)
 from ._tensors import is_external, iter_tensors
 from ._writer import write_pieces
 
@@ -161,8 +167,7 @@ def align_model(
             files,
             model=dst,
             in_place=in_place,
-            hint="give the new files other names, or pass the source .onnx as the "
-            "destination to re-align it in place",
+            hint=_overwrite_hint(src, dst),
         )
         with AtomicFiles() as out:
             out.reserve([*weights.outputs, dst])
@@ -194,6 +199,25 @@ def align_model(
         weights_paths=weights.outputs,
         unreferenced=stale,
         removed=removed,
+    )
+
+
+def _overwrite_hint(src: str, dst: str) -> str:
+    """What to do when a destination would overwrite a file the re-align reads."""
+    if real_entry(src) != real_entry(dst):
+        return (
+            "give the new files other names, or pass the source .onnx as the destination "
+            "to re-align it in place"
+        )
+    if os.path.islink(dst):  # a Hugging Face cache: links into blobs/ other snapshots share
+        return (
+            f"{shown(dst)} is a symbolic link (to {shown(os.path.realpath(dst))}), so other "
+            "names may read these files: it cannot be re-aligned in place; re-align it into a "
+            "folder of your own"
+        )
+    return (
+        f"{shown(dst)} has other hard links, which read these files: it cannot be re-aligned "
+        "in place; re-align it into a folder of your own"
     )
 
 
