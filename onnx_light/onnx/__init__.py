@@ -28,6 +28,7 @@ from onnx import (
 )
 
 from ._align import AlignResult
+from ._dedup import DedupResult, deduplicate_external_data
 from ._edit import save_edited
 from ._errors import ExternalDataError
 from ._io import load, save
@@ -37,6 +38,7 @@ from ._streaming import align_external_data_streaming, save_model_with_shared_ex
 __all__ = [
     "AlignResult",
     "AttributeProto",
+    "DedupResult",
     "ExternalDataError",
     "FunctionProto",
     "GraphProto",
@@ -50,6 +52,7 @@ __all__ = [
     "TypeProto",
     "ValueInfoProto",
     "align_external_data_streaming",
+    "deduplicate_external_data",
     "helper",
     "load",
     "numpy_helper",

@@ -157,7 +157,7 @@ def align_model(
     weights_destination(dst, dst_weights_path)  # a bad name fails before any reading
     in_place = is_in_place(src, dst)
     with paused_gc(), SourceFiles() as files:
-        model, plan, threshold = _plan(src, files, size_threshold, inline_below)
+        model, plan, threshold = plan_model(src, files, size_threshold, inline_below)
         items = plan.items
         weights = WeightsFiles(
             items, alignment, dst, dst_weights_path, max_shard_size, shard_naming
@@ -221,7 +221,7 @@ def _overwrite_hint(src: str, dst: str) -> str:
     )
 
 
-def _plan(
+def plan_model(
     src: str, files: SourceFiles, size_threshold: int | None, inline_below: int | None = None
 ) -> tuple[onnx.ModelProto, Plan, int | None]:
     """Scan ``src`` and plan every tensor (:func:`~._plan.plan_tensors`), under a

@@ -21,7 +21,7 @@ the items.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 from ._external import InlineSpans, TensorRef, check_length, check_movable
@@ -43,6 +43,8 @@ class Item:
         entries: its former ``external_data`` (extra keys are carried over).
         data: its bytes when they are neither in a file nor its ``raw_data``
             (a tensor held in ``float_data``... written as raw bytes).
+        shared: a sharing key decided by content (``deduplicate``): items
+            with the same one hold the same bytes, stored once.
     """
 
     site: TensorSite
@@ -50,10 +52,14 @@ class Item:
     ref: TensorRef | None = None
     entries: dict[str, str] = field(default_factory=dict)
     data: bytes | None = None
+    shared: Hashable | None = None
 
     @property
     def key(self):
-        """The sharing key of the layout planner: the source span, if any."""
+        """The sharing key of the layout planner: the content key when one was
+        decided, else the source span, if any."""
+        if self.shared is not None:
+            return self.shared
         return self.ref.span if self.ref is not None else None
 
 

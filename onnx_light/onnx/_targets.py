@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ._errors import ExternalDataError, shown
 from ._external import check_location
@@ -179,7 +179,7 @@ def check_targets(
     paths: list[str],
     files: SourceFiles,
     *,
-    model: str,
+    model: str | Sequence[str],
     in_place: bool = False,
     replaceable: Callable[[], set[tuple[int, int]]] | None = None,
     hint: str = "",
@@ -191,7 +191,8 @@ def check_targets(
         paths: the destination files of the call.
         files: the call's opened source files.
         model: the destination ``.onnx`` (its own references do not count:
-            it is replaced).
+            it is replaced), or every destination model of a call that
+            writes several.
         in_place: the declared in-place case: the destinations replace the
             very model being read, so they may be its sources.
         replaceable: when a destination is a source, the identities of the
@@ -241,18 +242,19 @@ def check_targets(
             f"model broken{'; ' + hint if hint else ''}"
         )
     if existing:
-        _check_other_readers(existing, model, listings)
+        models = [model] if isinstance(model, str) else list(model)
+        _check_other_readers(existing, models, listings)
 
 
-def _check_other_readers(existing: list[str], model: str, listings: Listings) -> None:
+def _check_other_readers(existing: list[str], models: list[str], listings: Listings) -> None:
     """Refuse to replace a file another model of the folder reads (a shared weights
     file, the ``.onnx`` whose inline bytes a view reads): it would break it.
 
     Raises:
         ExternalDataError: naming the file and the model that reads it.
     """
-    skip = {stored_spelling(model, listings)}
-    read, _ = readers(existing, os.path.dirname(os.path.abspath(model)), skip, listings)
+    skip = {stored_spelling(m, listings) for m in models}
+    read, _ = readers(existing, os.path.dirname(os.path.abspath(models[0])), skip, listings)
     for path in existing:
         reader = read.get(path)
         if reader is not None:

@@ -1,0 +1,145 @@
+"""Which tensors hold the same bytes: content keys decided by comparing bytes.
+
+Identical tensors are found without loading a model: candidates are grouped
+by length, then by a digest of three small samples (the first, middle and
+last 4 KiB), and the survivors are compared byte for byte, chunk by chunk,
+from the descriptors the sources were opened with. Memory holds two chunks,
+whatever the sizes of the models. Sharing is decided by the comparison
+alone, never by a digest.
+
+A blob is anything whose bytes can be read: a range of an opened source
+file, or bytes in memory (a tensor's ``raw_data``, a typed field converted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+from ._sources import SourceFile, SourceFiles
+
+SAMPLE = 4096
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Blob:
+    """The bytes of one candidate.
+
+    Attributes:
+        length: its size in bytes.
+        source: the opened file holding them (None: they are ``data``).
+        offset: their first byte in ``source``.
+        data: the bytes themselves when they are in memory.
+        span: a key equal for two blobs reading the very same range (they are
+            identical without reading anything); None for bytes in memory.
+    """
+
+    length: int
+    source: SourceFile | None = None
+    offset: int = 0
+    data: bytes | memoryview | None = None
+
+    @property
+    def span(self) -> Hashable | None:
+        if self.source is None:
+            return None
+        return (self.source.identity, self.offset, self.length)
+
+
+class _Reader:
+    """Reads blobs into reusable buffers (two chunks of memory in all)."""
+
+    def __init__(self, files: SourceFiles) -> None:
+        self.files = files
+        self.buffers = [bytearray(CHUNK), bytearray(CHUNK)]
+
+    def read(self, blob: Blob, start: int, size: int, which: int = 0) -> memoryview:
+        """``size`` bytes of ``blob`` from ``start`` (within it)."""
+        if blob.source is None:
+            return memoryview(blob.data)[start : start + size]
+        buf = memoryview(self.buffers[which])[:size]
+        done = 0
+        with self.files.lease(blob.source) as fd:
+            while done < size:
+                n = os.preadv(fd, [buf[done:]], blob.offset + start + done)
+                if n == 0:
+                    raise OSError(
+                        f"{blob.source.path}: ended at byte {blob.offset + start + done} "
+                        "while comparing tensors (the file shrank?)"
+                    )
+                done += n
+        return buf
+
+    def sample(self, blob: Blob) -> bytes:
+        """A digest of the first, middle and last :data:`SAMPLE` bytes: picks candidates."""
+        h = hashlib.blake2b(digest_size=16)
+        n = blob.length
+        for start in sorted({0, max(0, n // 2 - SAMPLE // 2), max(0, n - SAMPLE)}):
+            h.update(self.read(blob, start, min(SAMPLE, n - start)))
+        return h.digest()
+
+    def equal(self, a: Blob, b: Blob, progress: Callable[[int], None] | None = None) -> bool:
+        """True when the two blobs (of one length) hold the same bytes."""
+        for start in range(0, a.length, CHUNK):
+            size = min(CHUNK, a.length - start)
+            if self.read(a, start, size, 0) != self.read(b, start, size, 1):
+                return False
+            if progress is not None:
+                progress(2 * size)
+        return True
+
+
+def content_classes(
+    blobs: Sequence[Blob],
+    files: SourceFiles,
+    progress: Callable[[int], None] | None = None,
+) -> list[int]:
+    """A class per blob: two blobs get the same class when their bytes are equal.
+
+    Args:
+        blobs: the candidates.
+        files: the call's opened source files.
+        progress: called with the number of bytes compared, as they are.
+
+    Returns:
+        One class number per blob, the number of the first blob of its class.
+
+    Raises:
+        ExternalDataError: a source file changed since it was checked.
+        OSError: a source file cannot be read.
+    """
+    classes = list(range(len(blobs)))
+    by_span: dict[Hashable, int] = {}
+    by_length: dict[int, list[int]] = {}
+    for i, blob in enumerate(blobs):
+        span = blob.span
+        if span is not None:
+            if span in by_span:  # the very same range: identical, nothing to read
+                classes[i] = by_span[span]
+                continue
+            by_span[span] = i
+        by_length.setdefault(blob.length, []).append(i)
+    reader = _Reader(files)
+    for length, members in by_length.items():
+        if len(members) < 2 or length == 0:
+            if length == 0:  # every empty tensor is every other
+                for i in members:
+                    classes[i] = members[0]
+            continue
+        by_sample: dict[bytes, list[int]] = {}
+        for i in members:
+            by_sample.setdefault(reader.sample(blobs[i]), []).append(i)
+        for group in by_sample.values():
+            heads: list[int] = []  # the first blob of each class met so far
+            for i in group:
+                for head in heads:
+                    if reader.equal(blobs[head], blobs[i], progress):
+                        classes[i] = head
+                        break
+                else:
+                    heads.append(i)
+    # blobs that shared a span with a later-classified one follow it
+    return [classes[c] for c in classes]

@@ -1,0 +1,364 @@
+"""Weights stored once: models that reference one weights file, each distinct byte string once.
+
+:func:`deduplicate_external_data` is the pipeline every writer shares, with content
+keys: each source model is scanned and planned as ``align`` plans it
+(:func:`~._align.plan_model`); the content of every tensor to move decides
+its key (:func:`~._content.content_classes`: lengths, samples, then bytes
+compared); tensors whose bytes a reused ``.safetensors`` file holds point
+into it; the layout planner writes one range per key into one weights file
+(or one set of shards); the copy engine streams the bytes; one commit
+replaces every destination model and the weights together.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import onnx
+
+from ._align import plan_model
+from ._atomic import AtomicFiles, folder_lock
+from ._content import Blob, content_classes
+from ._errors import shown
+from ._external import place
+from ._gc import paused_gc
+from ._options import (
+    check_alignment,
+    check_chunk_size,
+    check_max_shard_size,
+    check_progress,
+    check_size_threshold,
+)
+from ._plan import Item, Plan
+from ._prune import remove, unreferenced
+from ._reuse import open_reused
+from ._scan import PROTOBUF_LIMIT
+from ._serialize import Spliced, piece_size, serialize_pieces, strip_raw_data
+from ._shards import WeightsFiles
+from ._sources import SourceFiles
+from ._targets import (
+    check_targets,
+    destination_path,
+    is_in_place,
+    real_entry,
+    weights_destination,
+)
+from ._twins import transposed_twins
+from ._writer import write_pieces
+
+TensorName = tuple[str, str]  # (destination model, tensor label)
+
+
+@dataclass(frozen=True)
+class DedupResult:
+    """What :func:`~onnx_light.onnx.deduplicate_external_data` did.
+
+    Attributes:
+        bytes_before: the bytes of tensor data the source models referenced
+            (or held inline) and that moved: each model's own copy counted.
+        bytes_written: the bytes of the weights files written, padding included.
+        bytes_reused: bytes of tensors now read from the reused files.
+        groups: the tensors that now share one range, as ``(destination
+            model, tensor)`` tuples, one tuple per range read by several.
+        transposed: tensors whose bytes are the transpose of another's
+            (``(first, second, bytes)``): a graph change would be needed to
+            share them, so each keeps its bytes.
+        weights_paths: the weights files written.
+        unreferenced: old weights files no model of the folder references
+            now (in place only).
+        removed: those of them deleted (``remove_unreferenced=True``).
+    """
+
+    bytes_before: int
+    bytes_written: int
+    bytes_reused: int = 0
+    groups: list[tuple[TensorName, ...]] = field(default_factory=list)
+    transposed: list[tuple[TensorName, TensorName, int]] = field(default_factory=list)
+    weights_paths: list[str] = field(default_factory=list)
+    unreferenced: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+    @property
+    def bytes_saved(self) -> int:
+        """``bytes_before`` minus the bytes written and reused (padding counts)."""
+        return self.bytes_before - self.bytes_written - self.bytes_reused
+
+
+@dataclass
+class _Model:
+    src: str
+    dst: str
+    proto: onnx.ModelProto
+    plan: Plan
+    in_place: bool
+    first: int = 0  # index of its first item in the call's list
+
+
+def _paths(srcs, dsts) -> tuple[list[str], list[str]]:
+    if isinstance(srcs, (str, bytes, os.PathLike)) or isinstance(dsts, (str, bytes, os.PathLike)):
+        raise TypeError("src_onnx_paths and dst_onnx_paths are lists of paths, one per model")
+    srcs = [os.path.abspath(os.fsdecode(p)) for p in srcs]
+    dsts = [destination_path(p) for p in dsts]
+    if not srcs:
+        raise ValueError("deduplicate_external_data needs at least one model")
+    if len(srcs) != len(dsts):
+        raise ValueError(
+            f"{len(srcs)} source models but {len(dsts)} destinations: give one destination per source"
+        )
+    folders = {os.path.dirname(d) for d in dsts}
+    if len(folders) > 1:
+        raise ValueError(
+            "every destination model must be in one folder, where the weights file they share "
+            f"is: got {', '.join(shown(f) for f in sorted(folders))}"
+        )
+    same = [real_entry(s) == real_entry(d) for s, d in zip(srcs, dsts, strict=True)]
+    if any(same) and not all(same):
+        raise ValueError(
+            "either every destination is its own source (deduplicating in place) or none is: "
+            f"{shown(dsts[same.index(True)])} is its source, {shown(dsts[same.index(False)])} is not"
+        )
+    seen: dict[str, str] = {}
+    for src, dst in zip(srcs, dsts, strict=True):
+        if dst in seen:
+            raise ValueError(
+                f"destination {shown(dst)} is given twice ({shown(seen[dst])}, {shown(src)})"
+            )
+        seen[dst] = src
+    return srcs, dsts
+
+
+def _blob(item: Item) -> Blob:
+    if item.ref is not None:
+        return Blob(item.size, item.ref.source, item.ref.offset)
+    data = item.data if item.data is not None else item.site.tensor.raw_data
+    return Blob(item.size, data=data)
+
+
+def deduplicate_external_data(
+    src_onnx_paths: Sequence[str | os.PathLike],
+    dst_onnx_paths: Sequence[str | os.PathLike],
+    dst_weights_path: str | os.PathLike,
+    *,
+    alignment: int = 4096,
+    size_threshold: int = 1024,
+    max_shard_size: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    reuse: Sequence[str | os.PathLike] = (),
+    remove_unreferenced: bool = False,
+    chunk_size: int = 4 * 1024 * 1024,
+) -> DedupResult:
+    """Write models that all reference one weights file, each distinct byte string stored once.
+
+    Only the metadata of each source model is read. Every tensor that moves
+    (external ones, and inline ones of at least ``size_threshold`` bytes) is
+    compared with the others by content, within and across the models:
+    candidates are grouped by length, then by a digest of three 4 KiB
+    samples, and two tensors share one range only when their bytes compare
+    equal, chunk by chunk, read from the source files (memory holds two
+    chunks, whatever the sizes). Their names, dtypes and shapes do not
+    matter: equal bytes are stored once. Each distinct byte string is copied
+    once, file to file, into ``dst_weights_path`` (or its shards) at an
+    aligned offset, and every destination model points at it. All the
+    destination models and the weights files are committed together: an
+    error or an interrupt leaves every old file byte-identical.
+
+    2-D tensors whose bytes are the transpose of another's (an exporter's
+    copy of a tied embedding) cannot share bytes without a graph change: they
+    keep their own and are listed in ``DedupResult.transposed``.
+
+    Args:
+        src_onnx_paths: the source models, a list.
+        dst_onnx_paths: one destination per source, all in one folder. The
+            sources themselves (every one) deduplicate in place.
+        dst_weights_path: the weights file they share, relative to that
+            folder (or inside it).
+        alignment: offsets are multiples of it (0 or 1: dense).
+        size_threshold: inline tensors of at least this many bytes move out
+            and take part; smaller ones stay in their model.
+        max_shard_size: split the weights into files of at most this many
+            bytes (onnx-ir's naming); None: one file.
+        progress: ``progress(done_bytes, total_bytes)`` while the weights are
+            written.
+        reuse: ``.safetensors`` files of the destination folder that already
+            hold weights: a tensor whose bytes are a whole tensor of one of
+            them points into it (never modified) instead of being written.
+        remove_unreferenced: in place, delete the old weights files no model
+            of the folder references any more (else they are only listed).
+        chunk_size: bytes per copy system call.
+
+    Returns:
+        A :class:`DedupResult`: bytes before and written, the groups of
+        tensors sharing a range, the transposed twins.
+
+    Raises:
+        TypeError: the paths are not lists, or a setting has the wrong type.
+        ValueError: not one destination per source, destinations in several
+            folders, some destinations in place and others not, a bad
+            setting or weights name.
+        FileNotFoundError: a model, a data file or a reused file is missing.
+        ExternalDataError: a reference is unsafe or out of range (naming the
+            tensor and the file), a destination would replace a file the call
+            reads or another model reads, or a reused file is outside the
+            folder or not a valid ``.safetensors`` file.
+
+    Examples:
+        An exporter's decoder and decoder-with-past pair, each with its own
+        copy of every weight, rewritten in place to share one file::
+
+            from onnx_light.onnx import deduplicate_external_data
+
+            models = ["decoder_model.onnx", "decoder_with_past_model.onnx"]
+            result = deduplicate_external_data(
+                models, models, "model.onnx_data", remove_unreferenced=True
+            )
+            print(result.bytes_before, result.bytes_written)
+
+    .. versionadded:: 0.1
+    """
+    alignment = check_alignment(alignment)
+    size_threshold = check_size_threshold(size_threshold)
+    max_shard_size = check_max_shard_size(max_shard_size)
+    chunk_size = check_chunk_size(chunk_size)
+    check_progress(progress)
+    srcs, dsts = _paths(src_onnx_paths, dst_onnx_paths)
+    folder = os.path.dirname(dsts[0])
+    weights_destination(dsts[0], dst_weights_path)  # a bad name fails before any reading
+    with paused_gc(), SourceFiles() as files:
+        models, items = [], []
+        for src, dst in zip(srcs, dsts, strict=True):
+            proto, plan, _ = plan_model(src, files, size_threshold)
+            models.append(_Model(src, dst, proto, plan, is_in_place(src, dst), len(items)))
+            items.extend(plan.items)
+        reused = open_reused(reuse, folder, files)
+        blobs = [_blob(it) for it in items] + [r.blob for r in reused]
+        classes = content_classes(blobs, files)
+        home = {}  # class -> the reused range holding its bytes
+        for k, r in enumerate(reused):
+            home.setdefault(classes[len(items) + k], r)
+        to_write = [i for i, it in enumerate(items) if classes[i] not in home]
+        for i in to_write:
+            items[i].shared = ("content", classes[i])
+        weights = WeightsFiles(
+            [items[i] for i in to_write], alignment, dsts[0], dst_weights_path, max_shard_size
+        )
+        in_place = all(m.in_place for m in models)
+        for model in models:
+            check_targets(
+                [*weights.paths, model.dst],
+                files,
+                model=[m.dst for m in models],
+                in_place=in_place,
+                hint="give the new files other names, or pass each source .onnx as its own "
+                "destination to deduplicate in place",
+            )
+        names = _names(models, items)
+        transposed = find_transposed(items, classes[: len(items)], names, files)
+        with AtomicFiles() as out:
+            out.reserve([*weights.outputs, *dsts])
+            written = weights.write(out, files, 1, chunk_size, progress)
+            for i, (location, offset) in zip(to_write, weights.placement, strict=True):
+                it = items[i]
+                place(it.site.tensor, location, offset, it.size, it.entries)
+            for i, it in enumerate(items):
+                r = home.get(classes[i])
+                if r is not None:
+                    place(it.site.tensor, r.location, r.offset, it.size, it.entries)
+            for model in models:
+                subs = {
+                    r.site.path: Spliced(strip_raw_data(r.site.tensor), r)
+                    for r in model.plan.inline
+                }
+                pieces = serialize_pieces(model.proto, subs)
+                if piece_size(pieces) > PROTOBUF_LIMIT:
+                    raise ValueError(
+                        f"{shown(model.dst)} would hold {piece_size(pieces)} bytes, over "
+                        "protobuf's 2 GiB limit: lower size_threshold"
+                    )
+                write_pieces(out.create(model.dst), pieces, files, chunk_size)
+            out.commit()
+    stale, removed = _prune(models, weights.outputs, remove_unreferenced)
+    return DedupResult(
+        bytes_before=sum(it.size for it in items),
+        bytes_written=written,
+        bytes_reused=sum(items[i].size for i in range(len(items)) if classes[i] in home),
+        groups=_groups(classes[: len(items)], names),
+        transposed=transposed,
+        weights_paths=weights.outputs,
+        unreferenced=stale,
+        removed=removed,
+    )
+
+
+def _names(models: list[_Model], items: list[Item]) -> list[TensorName]:
+    names = []
+    for model in models:
+        for it in model.plan.items:
+            names.append((model.dst, it.site.tensor.name or it.site.label))
+    assert len(names) == len(items)
+    return names
+
+
+def _groups(classes: list[int], names: list[TensorName]) -> list[tuple[TensorName, ...]]:
+    members: dict[int, list[TensorName]] = {}
+    for c, name in zip(classes, names, strict=True):
+        members.setdefault(c, []).append(name)
+    return [tuple(m) for m in members.values() if len(m) > 1]
+
+
+def _prune(models: list[_Model], outputs: list[str], remove_them: bool) -> tuple[list, list]:
+    stale: list[str] = []
+    for model in models:
+        if model.in_place:
+            with folder_lock(os.path.dirname(model.dst)):
+                for path in unreferenced(model.dst, model.plan.sources, outputs):
+                    if path not in stale:
+                        stale.append(path)
+    return stale, remove(stale) if remove_them and stale else []
+
+
+def find_transposed(
+    items: list[Item], classes: list[int], names: list[TensorName], files: SourceFiles
+) -> list[tuple[TensorName, TensorName, int]]:
+    """Pairs of 2-D tensors, one the transpose of the other (``[V, D]`` and ``[D, V]``).
+
+    Only non-square matrices of one data type and size are compared, once
+    per content class; :func:`~._twins.transposed_twins` samples a few
+    elements, then compares tile by tile in flat memory.
+    """
+    groups: dict[tuple, list[int]] = {}
+    for i, it in enumerate(items):
+        dims = tuple(it.site.tensor.dims)
+        if classes[i] != i or len(dims) != 2 or dims[0] == dims[1] or min(dims) < 2:
+            continue
+        if it.size % (dims[0] * dims[1]):
+            continue  # sub-byte elements (int4...): not looked for
+        groups.setdefault((it.site.tensor.data_type, it.size, tuple(sorted(dims))), []).append(i)
+    blobs = {}
+    found = []
+    for members in groups.values():
+        for x, i in enumerate(members):
+            for j in members[x + 1 :]:
+                rows, cols = items[i].site.tensor.dims
+                if tuple(items[j].site.tensor.dims) != (cols, rows):
+                    continue
+                a = blobs.setdefault(i, _blob(items[i]))
+                b = blobs.setdefault(j, _blob(items[j]))
+                itemsize = items[i].size // (rows * cols)
+                if transposed_twins(_read(a, files), _read(b, files), rows, cols, itemsize):
+                    found.append((names[i], names[j], items[i].size))
+    return found
+
+
+def _read(blob: Blob, files: SourceFiles) -> Callable[[int, int], bytes]:
+    """``read(offset, length)`` within the blob's bytes."""
+    if blob.source is None:
+        data = memoryview(blob.data)
+        return lambda offset, length: bytes(data[offset : offset + length])
+
+    def read(offset: int, length: int) -> bytes:
+        with files.lease(blob.source) as fd:
+            return os.pread(fd, length, blob.offset + offset)
+
+    return read

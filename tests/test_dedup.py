@@ -1,0 +1,244 @@
+"""Weights stored once: deduplicate_external_data within and across models."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import numpy as np
+import onnx
+import pytest
+from conftest import external_offsets, folder_digest, read_back, save_two_file
+from onnx import numpy_helper
+
+import onnx_light.onnx as onnxl
+from onnx_light.bench import make_gemm_model, model_inputs
+
+DIM = 64
+
+
+def _variant(model: onnx.ModelProto, changed: dict[str, int]) -> onnx.ModelProto:
+    """A copy of ``model`` with the named initializers given new random values."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for init in out.graph.initializer:
+        if init.name in changed:
+            rng = np.random.default_rng(changed[init.name])
+            arr = numpy_helper.to_array(init)
+            new = (rng.standard_normal(arr.shape) * 0.1).astype(arr.dtype)
+            init.CopyFrom(numpy_helper.from_array(new, init.name))
+    return out
+
+
+def _pair(folder, n=8, changed=("W0", "W1")):
+    """Two two-file models of one folder sharing all weights but ``changed``."""
+    folder.mkdir(exist_ok=True)
+    base = make_gemm_model(n, DIM)
+    save_two_file(base, folder / "a.onnx", size_threshold=0)
+    save_two_file(
+        _variant(base, {k: 7 + i for i, k in enumerate(changed)}),
+        folder / "b.onnx",
+        size_threshold=0,
+    )
+    return [str(folder / "a.onnx"), str(folder / "b.onnx")]
+
+
+def _run(path):
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return sess.run(None, model_inputs(DIM, 2))[0]
+
+
+def _places(path) -> dict[str, tuple[str, int, int]]:
+    """{initializer name: (location, offset, length)} of the external initializers."""
+    model = onnx.load(str(path), load_external_data=False)
+    out = {}
+    for t in model.graph.initializer:
+        e = {x.key: x.value for x in t.external_data}
+        if e:
+            out[t.name] = (e["location"], int(e.get("offset", 0)), int(e["length"]))
+    return out
+
+
+def test_two_models_share_their_identical_weights(tmp_path):
+    srcs = _pair(tmp_path / "src")
+    before = folder_digest(tmp_path / "src")
+    expected = [read_back(p) for p in srcs]
+    outputs = [_run(p) for p in srcs]
+    out = tmp_path / "out"
+    out.mkdir()
+    dsts = [str(out / "a.onnx"), str(out / "b.onnx")]
+    result = onnxl.deduplicate_external_data(srcs, dsts, "weights.data")
+    assert folder_digest(tmp_path / "src") == before  # sources untouched
+    for dst, exp, y in zip(dsts, expected, outputs, strict=True):
+        assert read_back(dst) == exp
+        np.testing.assert_array_equal(_run(dst), y)
+        onnx.checker.check_model(dst)
+        assert {loc for loc, _, _ in external_offsets(dst)} == {"weights.data"}
+        assert all(off % 4096 == 0 for _, off, _ in external_offsets(dst))
+    # 8 weights + 8 biases per model; W0, W1 differ: 2 x 16 - 14 shared ranges
+    unique = {(off, n) for d in dsts for _, off, n in external_offsets(d)}
+    assert len(unique) == 18
+    weight, bias = DIM * DIM * 4, DIM * 4
+    assert result.bytes_before == 2 * 8 * (weight + bias)
+    assert result.bytes_written == os.path.getsize(out / "weights.data")
+    assert result.bytes_written <= sum(-(-n // 4096) * 4096 for _, n in unique)  # each range once
+    shared = {tuple(sorted(name for _, name in g)) for g in result.groups}
+    assert ("W2", "W2") in shared and ("B0", "B0") in shared
+    assert not any("W0" in g for g in shared)
+    assert result.unreferenced == [] and result.transposed == []
+
+
+def test_identical_tensors_within_one_model_stored_once_whatever_their_names(tmp_path):
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((DIM, DIM)) * 0.1).astype(np.float32)
+    model = make_gemm_model(2, DIM)
+    inits = model.graph.initializer
+    inits[0].CopyFrom(numpy_helper.from_array(w, "W0"))
+    inits[2].CopyFrom(numpy_helper.from_array(w, "W1"))  # tied: the same bytes
+    # the same bytes as int32, another shape: equal bytes are stored once too
+    model.graph.initializer.append(numpy_helper.from_array(w.view(np.int32).reshape(-1), "ids"))
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)  # one file: inline tensors take part
+    result = onnxl.deduplicate_external_data([src], [tmp_path / "d.onnx"], "d.onnx.data")
+    offsets = _places(tmp_path / "d.onnx")
+    assert offsets["W0"] == offsets["W1"] == offsets["ids"]
+    assert os.path.getsize(tmp_path / "d.onnx.data") < 2 * DIM * DIM * 4
+    assert read_back(tmp_path / "d.onnx") == read_back(src)
+    assert [sorted(n for _, n in g) for g in result.groups] == [["W0", "W1", "ids"]]
+
+
+def test_in_place_shares_and_lists_then_removes_the_old_files(tmp_path):
+    srcs = _pair(tmp_path / "m")
+    expected = [read_back(p) for p in srcs]
+    result = onnxl.deduplicate_external_data(srcs, srcs, "shared.data")
+    assert sorted(os.path.basename(p) for p in result.unreferenced) == [
+        "a.onnx.data",
+        "b.onnx.data",
+    ]
+    assert result.removed == []
+    for p, exp in zip(srcs, expected, strict=True):
+        assert read_back(p) == exp
+    # again, into another file, removing what the models read before (shared.data);
+    # the files the first call left are not this call's to remove
+    again = onnxl.deduplicate_external_data(srcs, srcs, "shared2.data", remove_unreferenced=True)
+    assert [os.path.basename(p) for p in again.removed] == ["shared.data"]
+    assert sorted(os.listdir(tmp_path / "m")) == [
+        "a.onnx",
+        "a.onnx.data",
+        "b.onnx",
+        "b.onnx.data",
+        "shared2.data",
+    ]
+    for p, exp in zip(srcs, expected, strict=True):
+        assert read_back(p) == exp
+
+
+def test_a_failure_before_the_commit_leaves_every_file_as_it_was(tmp_path, monkeypatch):
+    srcs = _pair(tmp_path / "m")
+    before = folder_digest(tmp_path / "m")
+    import onnx_light.onnx._dedup as dedup
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(dedup, "write_pieces", broken)
+    with pytest.raises(OSError, match="No space left"):
+        onnxl.deduplicate_external_data(srcs, srcs, "shared.data")
+    assert folder_digest(tmp_path / "m") == before  # nothing added, nothing changed
+
+
+def test_a_transposed_copy_is_reported_not_shared(tmp_path):
+    rng = np.random.default_rng(1)
+    emb = (rng.standard_normal((96, 32)) * 0.1).astype(np.float32)
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            [onnx.helper.make_node("Identity", ["wte"], ["Y"])],
+            "g",
+            [],
+            [onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [96, 32])],
+            [
+                numpy_helper.from_array(emb, "wte"),
+                numpy_helper.from_array(np.ascontiguousarray(emb.T), "lm_head"),
+            ],
+        )
+    )
+    onnx.save(model, tmp_path / "m.onnx")
+    result = onnxl.deduplicate_external_data([tmp_path / "m.onnx"], [tmp_path / "d.onnx"], "d.data")
+    assert [(a[1], b[1], n) for a, b, n in result.transposed] == [("wte", "lm_head", emb.nbytes)]
+    assert result.groups == []
+    assert read_back(tmp_path / "d.onnx") == read_back(tmp_path / "m.onnx")
+
+
+def _write_safetensors(path, arrays: dict[str, np.ndarray]) -> None:
+    """A .safetensors file, written by hand as the format says (no dependency)."""
+    codes = {np.float32: "F32", np.int64: "I64"}
+    header, offset, blobs = {}, 0, []
+    for name, arr in arrays.items():
+        data = np.ascontiguousarray(arr).tobytes()
+        header[name] = {
+            "dtype": codes[arr.dtype.type],
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def test_tensors_held_by_a_reused_safetensors_file_point_into_it(tmp_path):
+    model = make_gemm_model(4, DIM)
+    weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    arrays = {"other": np.arange(300, dtype=np.int64), "W0": weights["W0"], "W1": weights["W1"]}
+    out = tmp_path / "pub"
+    out.mkdir()
+    _write_safetensors(out / "model.safetensors", arrays)
+    st_before = folder_digest(out)
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    result = onnxl.deduplicate_external_data(
+        [src], [out / "model.onnx"], "model.onnx.data", reuse=[out / "model.safetensors"]
+    )
+    assert folder_digest(out)["model.safetensors"] == st_before["model.safetensors"]
+    places = _places(out / "model.onnx")
+    assert {places[n][0] for n in ("W0", "W1")} == {"model.safetensors"}
+    assert {places[n][0] for n in ("W2", "W3")} == {"model.onnx.data"}
+    assert result.bytes_reused == 2 * DIM * DIM * 4
+    assert os.path.getsize(out / "model.onnx.data") < 3 * DIM * DIM * 4  # W2, W3 only
+    assert read_back(out / "model.onnx") == read_back(src)
+    np.testing.assert_array_equal(_run(out / "model.onnx"), _run(src))
+
+
+def test_bad_calls_are_refused_before_anything_is_written(tmp_path):
+    srcs = _pair(tmp_path / "m")
+    before = folder_digest(tmp_path / "m")
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    with pytest.raises(TypeError, match="lists of paths"):
+        onnxl.deduplicate_external_data(srcs[0], str(tmp_path / "x" / "a.onnx"), "w.data")
+    with pytest.raises(ValueError, match="one destination per source"):
+        onnxl.deduplicate_external_data(srcs, [tmp_path / "x" / "a.onnx"], "w.data")
+    with pytest.raises(ValueError, match="in one folder"):
+        onnxl.deduplicate_external_data(
+            srcs, [tmp_path / "x" / "a.onnx", tmp_path / "y" / "b.onnx"], "w.data"
+        )
+    with pytest.raises(ValueError, match="either every destination is its own source"):
+        onnxl.deduplicate_external_data(srcs, [srcs[0], tmp_path / "m" / "c.onnx"], "w.data")
+    with pytest.raises(onnxl.ExternalDataError, match="would overwrite"):
+        onnxl.deduplicate_external_data(
+            srcs, [tmp_path / "m" / "c.onnx", tmp_path / "m" / "d.onnx"], "a.onnx.data"
+        )
+    (tmp_path / "elsewhere.safetensors").write_bytes(b"")
+    with pytest.raises(onnxl.ExternalDataError, match="outside the destination folder"):
+        onnxl.deduplicate_external_data(
+            srcs,
+            [tmp_path / "x" / "a.onnx", tmp_path / "x" / "b.onnx"],
+            "w.data",
+            reuse=[tmp_path / "elsewhere.safetensors"],
+        )
+    assert folder_digest(tmp_path / "m") == before
+    assert os.listdir(tmp_path / "x") == []
