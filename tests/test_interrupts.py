@@ -1,4 +1,4 @@
-"""Interrupts: SIGINT or SIGTERM at any instant of a re-align.
+"""Interrupts: SIGINT or SIGTERM at any instant of a re-align, or of a dedup of two models.
 
 The rule, as a user hits it: an interrupted ``align_external_data_streaming``
 leaves the old files byte-identical or the new set complete, never a mix, and
@@ -252,3 +252,60 @@ def test_interrupt_leaves_old_or_new(case, model, tmp_path):
     summary = f"{case} (seed {seed}, call {duration * 1000:.1f} ms): {counts}"
     assert not bad, f"{summary}, {len(bad)} bad trials, e.g.\n" + "\n".join(bad[:3])
     assert counts["old"] and counts["new"], f"{summary}: both outcomes must occur"
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["inplace", "newdir"])
+def test_interrupted_dedup_leaves_old_or_new(in_place, model, tmp_path):
+    """Deduplicating two models: interrupted, every model and the weights are old or new."""
+    proto, weights = model
+    template, work = str(tmp_path / "template"), str(tmp_path / "work")
+    src_dir = template if in_place else os.path.join(template, "src")
+    os.makedirs(src_dir)
+    variant = onnx.ModelProto()
+    variant.CopyFrom(proto)
+    changed = numpy_helper.from_array(-weights["w0"], "w0")  # one weight differs
+    variant.graph.initializer[0].CopyFrom(changed)
+    opts = onnxl.SerializeOptions(SRC_ALIGN, size_threshold=1000)
+    for name, m in (("a", proto), ("b", variant)):
+        onnxl.save(
+            m, os.path.join(src_dir, f"{name}.onnx"), location=f"{name}.onnx.data", options=opts
+        )
+    if not in_place:
+        os.mkdir(os.path.join(template, "out"))
+    srcs = [
+        os.path.join(work if in_place else os.path.join(work, "src"), f"{n}.onnx") for n in "ab"
+    ]
+    dsts = srcs if in_place else [os.path.join(work, "out", f"{n}.onnx") for n in "ab"]
+
+    def call(progress) -> None:
+        onnxl.deduplicate_external_data(srcs, dsts, "shared.data", progress=progress)
+
+    def reset() -> None:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(template, work)
+
+    old = snapshot(template)
+    reset()
+    status, output, duration = run_trial(call)
+    assert child_problem(status, None, output) is None, output
+    new = snapshot(work)
+    assert new != old and loads_expected(dsts[0], weights)
+    rng = random.Random(77 + in_place)
+    counts, bad = {"old": 0, "new": 0, "mix": 0}, []
+    for i, sig in enumerate([signal.SIGINT] * 24 + [signal.SIGTERM] * 6):
+        mode = "fork" if i % 2 == 0 else "progress"
+        delay = rng.uniform(0, 1.2 * duration) if mode == "fork" else rng.uniform(0, 0.012)
+        reset()
+        status, output, _ = run_trial(call, sig, mode, delay)
+        problem = child_problem(status, sig, output)
+        if problem:
+            bad.append(f"trial {i}: {problem}")
+        now = snapshot(work)
+        kind = "old" if now == old else "new" if now == new else "mix"
+        counts[kind] += 1
+        if kind == "mix":
+            bad.append(
+                f"trial {i} ({delay * 1000:.2f} ms after {mode}): a mix: {describe_mix(now, old, new)}"
+            )
+    assert not bad, f"{counts}, {len(bad)} bad trials, e.g.\n" + "\n".join(bad[:3])
+    assert counts["old"] and counts["new"], f"{counts}: both outcomes must occur"
