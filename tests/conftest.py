@@ -322,3 +322,25 @@ def every_kind():
 def pair(tmp_path):
     """A two-file model m.onnx + m.onnx.data in tmp_path/src: (path, tensors, digest)."""
     return two_file_pair(tmp_path)
+
+
+def write_safetensors(path, arrays: dict) -> None:
+    """A ``.safetensors`` file written by hand as the format says (no dependency)."""
+    import json
+    import struct
+
+    codes = {np.dtype(np.float32): "F32", np.dtype(np.int64): "I64", np.dtype(np.float16): "F16"}
+    header, offset, blobs = {}, 0, []
+    for name, arr in arrays.items():
+        data = np.ascontiguousarray(arr).tobytes()
+        header[name] = {
+            "dtype": codes[arr.dtype],
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
-import struct
 
 import numpy as np
 import onnx
 import pytest
-from conftest import external_offsets, folder_digest, read_back, save_two_file
+from conftest import external_offsets, folder_digest, read_back, save_two_file, write_safetensors
 from onnx import numpy_helper
 
 import onnx_light.onnx as onnxl
@@ -171,32 +169,13 @@ def test_a_transposed_copy_is_reported_not_shared(tmp_path):
     assert read_back(tmp_path / "d.onnx") == read_back(tmp_path / "m.onnx")
 
 
-def _write_safetensors(path, arrays: dict[str, np.ndarray]) -> None:
-    """A .safetensors file, written by hand as the format says (no dependency)."""
-    codes = {np.float32: "F32", np.int64: "I64"}
-    header, offset, blobs = {}, 0, []
-    for name, arr in arrays.items():
-        data = np.ascontiguousarray(arr).tobytes()
-        header[name] = {
-            "dtype": codes[arr.dtype.type],
-            "shape": list(arr.shape),
-            "data_offsets": [offset, offset + len(data)],
-        }
-        offset += len(data)
-        blobs.append(data)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-
-
 def test_tensors_held_by_a_reused_safetensors_file_point_into_it(tmp_path):
     model = make_gemm_model(4, DIM)
     weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     arrays = {"other": np.arange(300, dtype=np.int64), "W0": weights["W0"], "W1": weights["W1"]}
     out = tmp_path / "pub"
     out.mkdir()
-    _write_safetensors(out / "model.safetensors", arrays)
+    write_safetensors(out / "model.safetensors", arrays)
     st_before = folder_digest(out)
     src = tmp_path / "m.onnx"
     onnx.save(model, src)

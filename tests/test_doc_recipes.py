@@ -23,7 +23,8 @@ import textwrap
 import numpy as np
 import onnx
 import pytest
-from conftest import read_back, save_two_file
+from conftest import read_back, save_two_file, write_safetensors
+from onnx import numpy_helper
 from test_hf_cache import _hf_snapshot
 
 from onnx_light.bench import make_gemm_model
@@ -88,6 +89,14 @@ def _fixtures(folder, home) -> None:
     save_two_file(model, folder / "models" / "first.onnx", location="first.onnx.data")
     w0 = np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32)
     np.save(folder / "w0_finetuned.npy", w0)
+    # an exporter's pair: every weight of the decoder again in the decoder with past
+    (folder / "export").mkdir()
+    for name in ("decoder_model", "decoder_with_past_model"):
+        save_two_file(model, folder / "export" / f"{name}.onnx", location=f"{name}.onnx_data")
+    write_safetensors(
+        folder / "export" / "model.safetensors",
+        {t.name: numpy_helper.to_array(t) for t in model.graph.initializer},
+    )
     hub = home / ".cache" / "huggingface" / "hub"
     hub.mkdir(parents=True)
     _hf_snapshot(hub, "both-linked")

@@ -1,0 +1,251 @@
+"""
+.. _l-example-plot-deduplicate-external-data:
+
+Weights stored once: three exported models, one weights file
+============================================================
+
+optimum exports a sequence-to-sequence model as three models, each with its
+own weights file: an encoder, a decoder and a decoder with past key values.
+The two decoders hold the same weights; the encoder holds the embedding
+again. :func:`onnx_light.onnx.deduplicate_external_data` rewrites the three
+so that they reference one weights file where each distinct tensor is
+stored once, without loading any weight: it compares them on disk.
+
+This example builds such a set (synthetic Gemm models, 16 weights of
+1024 x 1024 per model, 64 MiB; 4 of 128 x 128 under ``UNITTEST_GOING=1``),
+deduplicates it, checks that every model computes what it computed before,
+and measures time, memory and bytes on disk against onnx-ir's
+``DeduplicateInitializersPass``, which looks inside one model at a time.
+"""
+
+# %%
+# An exporter's three models
+# --------------------------
+#
+# The decoder and the decoder with past share every weight; the encoder
+# shares the first one (the embedding) and has its own others.
+
+import os
+import shutil
+import tempfile
+
+import matplotlib.pyplot as plt
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime
+import pandas
+from onnx_ir.passes.common import DeduplicateInitializersPass
+
+import onnx_light.onnx as onnxl
+from onnx_light.bench import (
+    describe_machine,
+    make_gemm_model,
+    measure_rounds,
+    model_inputs,
+    summary_bars,
+    weights_nbytes,
+)
+
+SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
+N_WEIGHTS, DIM = (4, 128) if SMALL else (16, 1024)
+MiB = 2**20
+
+folder = tempfile.mkdtemp(prefix="onnx-light-dedup-")
+export = os.path.join(folder, "export")
+os.mkdir(export)
+decoder = make_gemm_model(N_WEIGHTS, DIM, seed=0)
+encoder = make_gemm_model(N_WEIGHTS, DIM, seed=1)
+encoder.graph.initializer[0].CopyFrom(decoder.graph.initializer[0])  # the shared embedding
+names = ["encoder_model", "decoder_model", "decoder_with_past_model"]
+for name, model in zip(names, [encoder, decoder, decoder], strict=True):
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # onnx.save turns the tensors it saves into references
+    onnx.save(
+        copy,
+        os.path.join(export, f"{name}.onnx"),
+        save_as_external_data=True,
+        location=f"{name}.onnx_data",
+    )
+del encoder, decoder, copy
+sources = [os.path.join(export, f"{name}.onnx") for name in names]
+
+
+def on_disk(path: str) -> float:
+    """MiB of every file of a folder."""
+    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)) / MiB
+
+
+print(f"{len(names)} models, {on_disk(export):.1f} MiB on disk")
+
+# %%
+# Deduplicate
+# -----------
+#
+# One call, the three sources, their three destinations (in one folder) and
+# the name of the weights file they share. The sources are not modified.
+
+shared = os.path.join(folder, "shared")
+os.mkdir(shared)
+destinations = [os.path.join(shared, os.path.basename(s)) for s in sources]
+result = onnxl.deduplicate_external_data(sources, destinations, "model.onnx_data")
+print(
+    f"{result.bytes_before / MiB:.1f} MiB of tensors -> {result.bytes_written / MiB:.1f} MiB "
+    f"written, {len(result.groups)} groups of tensors share a range"
+)
+pandas.DataFrame(
+    [
+        {"tensors sharing one range": ", ".join(f"{os.path.basename(m)}:{t}" for m, t in group)}
+        for group in result.groups[:4]
+    ]
+)
+
+# %%
+# Every model computes what it computed before
+# --------------------------------------------
+#
+# onnxruntime runs each source and each deduplicated model on the same
+# inputs: the outputs are bit-identical. :func:`onnx.checker.check_model`
+# accepts every model.
+
+feeds = model_inputs(DIM, 2)
+
+
+def run(path: str) -> np.ndarray:
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+for src, dst in zip(sources, destinations, strict=True):
+    np.testing.assert_array_equal(run(src), run(dst))
+    onnx.checker.check_model(dst)
+print("same outputs, checker passes, for", ", ".join(names))
+
+# %%
+# Against onnx-ir, and a plain copy
+# ---------------------------------
+#
+# onnx-ir's ``DeduplicateInitializersPass`` merges identical initializers
+# inside one model (with its size limit raised: by default it skips tensors
+# of more than 1024 elements, every weight that matters). It cannot share
+# across models, so each model keeps its own file. A plain copy of the
+# export gives the time of moving the bytes at all. Each way runs in a
+# process of its own, in interleaved rounds
+# (:func:`onnx_light.bench.measure_rounds`).
+
+
+def fresh(name: str) -> str:
+    out = os.path.join(folder, name)
+    shutil.rmtree(out, ignore_errors=True)
+    os.mkdir(out)
+    return out
+
+
+def with_onnx_light() -> None:
+    out = os.path.join(folder, "onnx-light")
+    dsts = [os.path.join(out, os.path.basename(s)) for s in sources]
+    onnxl.deduplicate_external_data(sources, dsts, "model.onnx_data")
+
+
+def with_onnx_ir() -> None:
+    out = os.path.join(folder, "onnx-ir")
+    for name in names:
+        model = ir.load(os.path.join(export, f"{name}.onnx"))
+        DeduplicateInitializersPass(size_limit=2**40)(model)
+        ir.save(model, os.path.join(out, f"{name}.onnx"), external_data=f"{name}.onnx_data")
+
+
+def plain_copy() -> None:
+    shutil.copytree(export, os.path.join(folder, "copy"), dirs_exist_ok=True)
+
+
+ways = {
+    "onnx-light deduplicate": with_onnx_light,
+    "onnx-ir DeduplicateInitializersPass": with_onnx_ir,
+    "copy of the export (shutil)": plain_copy,
+}
+outputs = {"onnx-light deduplicate": "onnx-light", "onnx-ir DeduplicateInitializersPass": "onnx-ir"}
+outputs["copy of the export (shutil)"] = "copy"
+rounds = measure_rounds(
+    ways,
+    warm_files=[os.path.join(export, f) for f in os.listdir(export)],
+    before=lambda way: fresh(outputs[way]),
+    prime_bytes=int(on_disk(export) * MiB),
+)
+for way, fn in ways.items():  # once more, to keep the files and measure them
+    fresh(outputs[way])
+    fn()
+table = pandas.DataFrame(rounds.summary()).set_index("operation")
+table["MiB on disk"] = [on_disk(os.path.join(folder, outputs[w])) for w in table.index]
+table.round(3)
+
+# %%
+# What it says, computed from the rounds (a ranking is printed only when it
+# holds beyond their spread):
+
+print(f"measured on {describe_machine()}")
+print(rounds.compare("onnx-light deduplicate", "onnx-ir DeduplicateInitializersPass").sentence())
+print(rounds.compare("onnx-light deduplicate", "copy of the export (shutil)").sentence())
+unique = (N_WEIGHTS * 2 - 1) * weights_nbytes(1, DIM) / MiB
+light, irs = table.loc["onnx-light deduplicate"], table.loc["onnx-ir DeduplicateInitializersPass"]
+print(
+    f"on disk: onnx-light {light['MiB on disk']:.1f} MiB (the distinct weights: {unique:.1f} MiB "
+    f"and the small tensors), onnx-ir {irs['MiB on disk']:.1f} MiB, the export "
+    f"{on_disk(export):.1f} MiB"
+)
+assert light["MiB on disk"] < 0.7 * on_disk(export)
+assert max(rounds.peaks("onnx-light deduplicate")) < 16, "the weights never enter the process"
+
+# %%
+# The result in one picture: bytes on disk after each way.
+
+# sphinx_gallery_thumbnail_number = 1
+summary_bars(
+    list(table.index),
+    list(table["MiB on disk"]),
+    "MiB",
+    "three exported models on disk",
+    reference=unique,
+    reference_label="distinct weights",
+)
+plt.show()
+
+# %%
+# Time and peak memory, median of the rounds and their min-max:
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+labels = [w.replace(" ", "\n", 1) for w in rounds.names]
+for ax, values, unit, title in (
+    (axes[0], [rounds.seconds(w) for w in rounds.names], "s", "wall time"),
+    (axes[1], [rounds.peaks(w) for w in rounds.names], "MiB", "peak RSS growth"),
+):
+    mids = [float(np.median(v)) for v in values]
+    spread = [
+        [m - min(v) for m, v in zip(mids, values)],
+        [max(v) - m for m, v in zip(mids, values)],
+    ]
+    bars = ax.bar(labels, mids, yerr=spread, capsize=4, color=["#2ca02c", "#1f77b4", "#7f7f7f"])
+    ax.bar_label(bars, fmt="%.3g " + unit, fontsize=8, padding=2)
+    ax.set_ylabel(f"{unit} (median, line: min-max)")
+    ax.set_title(title)
+    ax.tick_params(axis="x", labelsize=8)
+fig.suptitle(f"Deduplicate three models of {weights_nbytes(N_WEIGHTS, DIM) / MiB:.0f} MiB each")
+fig.tight_layout()
+
+# %%
+# Clean up
+# --------
+
+shutil.rmtree(folder, ignore_errors=True)
+
+# %%
+# The recipe, in place and with ``.safetensors`` files, is in
+# :ref:`l-howto-deduplicate`; what it saves on real exports, against
+# optimum's own ``merge_decoders``, is on the same page.
+
+# %%
+# Related examples
+# ----------------
+#
+# * :ref:`l-example-plot-save-model-with-shared-external-data`
+# * :ref:`l-example-plot-align-external-data-streaming`
