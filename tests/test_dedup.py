@@ -221,3 +221,18 @@ def test_bad_calls_are_refused_before_anything_is_written(tmp_path):
         )
     assert folder_digest(tmp_path / "m") == before
     assert os.listdir(tmp_path / "x") == []
+
+
+def test_a_cache_link_deduplicated_onto_itself_says_why_not(tmp_path):
+    """Links into a Hugging Face cache's blobs/: in place is refused, saying what to do."""
+    srcs = _pair(tmp_path / "blobs")
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    for name in ("a.onnx", "a.onnx.data", "b.onnx", "b.onnx.data"):
+        os.symlink(tmp_path / "blobs" / name, snap / name)
+    links = [str(snap / "a.onnx"), str(snap / "b.onnx")]
+    before = folder_digest(tmp_path / "blobs")
+    with pytest.raises(onnxl.ExternalDataError, match="is a symbolic link.*folder of your own"):
+        onnxl.deduplicate_external_data(links, links, "shared.data")
+    assert folder_digest(tmp_path / "blobs") == before
+    assert srcs

@@ -167,7 +167,7 @@ def align_model(
             files,
             model=dst,
             in_place=in_place,
-            hint=_overwrite_hint(src, dst),
+            hint=overwrite_hint(src, dst),
         )
         with AtomicFiles() as out:
             out.reserve([*weights.outputs, dst])
@@ -202,7 +202,7 @@ def align_model(
     )
 
 
-def _overwrite_hint(src: str, dst: str) -> str:
+def overwrite_hint(src: str, dst: str) -> str:
     """What to do when a destination would overwrite a file the re-align reads."""
     if real_entry(src) != real_entry(dst):
         return (

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from ._align import plan_model
+from ._align import overwrite_hint, plan_model
 from ._atomic import AtomicFiles, folder_lock
 from ._content import Blob, content_classes
 from ._errors import shown
@@ -250,8 +250,12 @@ def deduplicate_external_data(
                 files,
                 model=[m.dst for m in models],
                 in_place=in_place,
-                hint="give the new files other names, or pass each source .onnx as its own "
-                "destination to deduplicate in place",
+                hint=(
+                    overwrite_hint(model.src, model.dst)
+                    if real_entry(model.src) == real_entry(model.dst)
+                    else "give the new files other names, or pass each source .onnx as its "
+                    "own destination to deduplicate in place"
+                ),
             )
         names = _names(models, items)
         transposed = find_transposed(items, classes[: len(items)], names, files)
