@@ -2,6 +2,7 @@
 
 The model is parsed with ``skip_raw_data``: its inline weights are never read
 (they show as references into the ``.onnx`` itself, and are reported inline).
+Only :func:`transposed_pairs` (``info --twins``) reads tensor bytes.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import os
 
 import onnx
 
+from onnx_light.onnx._align import plan_model
+from onnx_light.onnx._dedup import find_transposed
 from onnx_light.onnx._external import Resolver, check_location, is_decimal
 from onnx_light.onnx._scan import scan_model
 from onnx_light.onnx._sources import SourceFiles
@@ -59,7 +62,8 @@ def model_info(path: str) -> dict:
         (location, tensors, bytes referenced, file_size: the size on disk, None
         when missing or unsafe), ``external_tensors``, ``alignment`` (the
         largest power of two dividing every external offset, None without
-        any nonzero offset) and ``aligned`` ({"4096": bool, "65536": bool}).
+        any nonzero offset), ``aligned`` ({"4096": bool, "65536": bool}) and
+        ``shared_ranges`` (:func:`shared_ranges`).
     """
     base = os.path.dirname(os.path.abspath(path))
     with SourceFiles() as opened:
@@ -116,7 +120,113 @@ def model_info(path: str) -> dict:
         "external_tensors": len(external),
         "alignment": alignment,
         "aligned": aligned,
+        "shared_ranges": shared_ranges(tensors),
     }
+
+
+def shared_ranges(tensors: list[dict]) -> list[dict]:
+    """The byte ranges read by several tensors of one model: same location, offset and length.
+
+    Sharing is valid (a deduplicated model, tied weights): each such range is
+    stored once. Inline tensors, empty ranges and offsets or lengths that are
+    not numbers are left out.
+
+    Args:
+        tensors: the ``tensors`` of :func:`model_info`.
+
+    Returns:
+        ``[{"location", "offset", "length", "tensors": [names]}]``, in file
+        and offset order, one entry per range read by two tensors or more.
+    """
+    readers: dict[tuple, dict] = {}
+    for t in tensors:
+        if _ranged(t):
+            _add(readers, (t["location"], t["offset"], t["length"]), t, t["name"])
+    return _several(readers)
+
+
+def shared_across(infos: list[dict]) -> list[dict]:
+    """The byte ranges read by several tensors of several models (:func:`model_info` each).
+
+    A range is a file (its path: the location resolved from each model's
+    folder), an offset and a length; tensors are named by model and name.
+
+    Returns:
+        ``[{"location", "offset", "length", "tensors": [{"model", "name"}]}]``.
+    """
+    readers: dict[tuple, dict] = {}
+    for info in infos:
+        folder = os.path.dirname(os.path.abspath(info["model"]))
+        for t in info["tensors"]:
+            if _ranged(t):
+                file = os.path.normpath(os.path.join(folder, t["location"]))
+                who = {"model": info["model"], "name": t["name"]}
+                _add(readers, (file, t["offset"], t["length"]), t, who)
+    return _several(readers)
+
+
+def _ranged(t: dict) -> bool:
+    """An external tensor with a nonempty range given by numbers."""
+    offset, length = t["offset"], t["length"]
+    return t["location"] is not None and _is_int(offset) and _is_int(length) and length > 0
+
+
+def _add(readers: dict[tuple, dict], key: tuple, where: dict, who: object) -> None:
+    entry = readers.setdefault(
+        key,
+        {
+            "location": where["location"],
+            "offset": where["offset"],
+            "length": where["length"],
+            "tensors": [],
+        },
+    )
+    entry["tensors"].append(who)
+
+
+def _several(readers: dict[tuple, dict]) -> list[dict]:
+    found = [r for r in readers.values() if len(r["tensors"]) > 1]
+    return sorted(found, key=lambda r: (r["location"], r["offset"], r["length"]))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def transposed_pairs(paths: list[str]) -> list[dict]:
+    """2-D tensors stored as the transpose of another (``[V, D]`` and ``[D, V]``): reads bytes.
+
+    The search :func:`~onnx_light.onnx.deduplicate_external_data` runs
+    (:func:`~onnx_light.onnx._dedup.find_transposed`), within and across the
+    models: only non-square matrices of one data type and size are compared,
+    a few sampled elements first, then tile by tile; tensors reading one
+    range are compared once.
+
+    Args:
+        paths: the ``.onnx`` files.
+
+    Returns:
+        ``[{"tensors": [{"model", "name"}, {"model", "name"}], "length": bytes of each}]``.
+
+    Raises:
+        FileNotFoundError, ValueError: a model or a reference is invalid (as
+            ``verify`` would report it).
+    """
+    items, names = [], []
+    with SourceFiles() as files:
+        for path in paths:
+            _, plan, _ = plan_model(os.path.abspath(path), files, 0)
+            items.extend(plan.items)
+            names.extend((path, _text(it.site.tensor.name) or it.site.label) for it in plan.items)
+        first: dict[object, int] = {}  # a range read by several tensors is compared once
+        classes = [
+            i if it.ref is None else first.setdefault(it.ref.span, i) for i, it in enumerate(items)
+        ]
+        found = find_transposed(items, classes, names, files)
+    return [
+        {"tensors": [{"model": m, "name": n} for m, n in (a, b)], "length": size}
+        for a, b, size in found
+    ]
 
 
 def verify_model(path: str) -> tuple[int, list[str]]:
@@ -132,7 +242,33 @@ def verify_model(path: str) -> tuple[int, list[str]]:
     Raises:
         FileNotFoundError, ValueError: the model itself cannot be read.
     """
-    path = os.path.abspath(path)
+    return _verify(path, {})
+
+
+def verify_models(paths: list[str]) -> tuple[list[tuple[int, list[str]]], list[dict]]:
+    """:func:`verify_model` for each model, and the ranges several valid references read.
+
+    Args:
+        paths: the ``.onnx`` files.
+
+    Returns:
+        ``([(number of external tensors, problems) per model], shared ranges)``:
+        a shared range is one range of one file (its device and inode,
+        whatever the location's spelling) read by several tensors of these
+        models, ``{"location", "offset", "length", "tensors": [{"model",
+        "name"}]}``; sharing is valid, never a problem.
+
+    Raises:
+        FileNotFoundError, ValueError: a model itself cannot be read.
+    """
+    readers: dict[tuple, dict] = {}
+    results = [_verify(path, readers) for path in paths]
+    return results, _several(readers)
+
+
+def _verify(path: str, readers: dict[tuple, dict]) -> tuple[int, list[str]]:
+    """Check one model; record each valid nonempty external range in ``readers``."""
+    shown_path, path = path, os.path.abspath(path)
     count, problems = 0, []  # (tensor label, message)
     with SourceFiles() as files:
         model, inline = scan_model(path, files)
@@ -146,7 +282,14 @@ def verify_model(path: str) -> tuple[int, list[str]]:
                 problems.append((site.label, str(e)))
                 count += 1
                 continue
-            count += ref.source is not inline.source  # inline bytes are not external
+            if ref.source is inline.source:  # inline bytes are not external
+                continue
+            count += 1
+            if ref.length > 0:
+                where = {"location": ref.entries.get("location", ""), "offset": ref.offset}
+                where["length"] = ref.length
+                who = {"model": shown_path, "name": _text(site.tensor.name) or site.label}
+                _add(readers, ref.span, where, who)
     return count, _grouped(problems)
 
 

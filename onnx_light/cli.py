@@ -1,15 +1,19 @@
 """The ``onnx-light`` command line (also ``python -m onnx_light``).
 
-Three verbs on a model file::
+Four verbs on model files::
 
     onnx-light align SRC.onnx DST.onnx [--weights PATH] [--alignment 4096]
-    onnx-light info MODEL.onnx [--json]
-    onnx-light verify MODEL.onnx
+    onnx-light dedup SRC.onnx [SRC2.onnx ...] (--out DIR | --in-place) [--weights NAME]
+    onnx-light info MODEL.onnx [MODEL2.onnx ...] [--json] [--twins]
+    onnx-light verify MODEL.onnx [MODEL2.onnx ...]
 
 ``align`` streams the weights into one aligned file without loading them,
-``info`` lists every tensor and where its bytes live, ``verify`` checks every
-external reference. Errors print one line, ``onnx-light: error: ...``, on
-stderr: exit code 1 for a failure, 2 for bad usage.
+``dedup`` writes models that share one weights file, each distinct byte
+string once, ``info`` lists every tensor and where its bytes live (and the
+ranges several tensors read, within and across the models given),
+``verify`` checks every external reference. Errors print one line,
+``onnx-light: error: ...``, on stderr: exit code 1 for a failure, 2 for bad
+usage.
 """
 
 from __future__ import annotations
@@ -23,9 +27,14 @@ import sys
 import time
 
 import onnx_light
-from onnx_light._inspect import model_info, verify_model
+from onnx_light._inspect import model_info, shared_across, transposed_pairs, verify_models
 from onnx_light._progress import Progress, human
-from onnx_light.onnx import AlignResult, align_external_data_streaming
+from onnx_light.onnx import (
+    AlignResult,
+    DedupResult,
+    align_external_data_streaming,
+    deduplicate_external_data,
+)
 from onnx_light.onnx._layout import SHARD_NAMINGS
 from onnx_light.onnx._options import (
     check_alignment,
@@ -33,6 +42,7 @@ from onnx_light.onnx._options import (
     check_max_shard_size,
     check_size_threshold,
 )
+from onnx_light.onnx._targets import is_in_place
 
 PROG = "onnx-light"
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -172,15 +182,149 @@ def _more(result: AlignResult, args: argparse.Namespace) -> list[str]:
         lines.append("--prune: nothing to prune, the source was not replaced (not in place)")
     if result.inlined:
         lines.append(f"{result.inlined} small external tensors written inline (--inline-below)")
+    return lines + _left_over(result)
+
+
+DEDUP_WEIGHTS = "weights.data"  # several models: the file they share
+
+
+def cmd_dedup(args: argparse.Namespace) -> int:
+    """Run ``onnx-light dedup``.
+
+    Args:
+        args: the parsed arguments (sources, out, in_place, weights,
+            alignment, chunk_size, size_threshold, max_shard_size, reuse,
+            prune, quiet).
+
+    Returns:
+        The exit code, 0.
+
+    Raises:
+        ValueError: two sources share a name with ``--out``, the folder is
+            missing, or ``--out`` is the sources' own folder.
+    """
+    srcs, dsts = args.sources, _dedup_destinations(args)
+    weights = args.weights
+    if weights is None:
+        weights = os.path.basename(dsts[0]) + ".data" if len(dsts) == 1 else DEDUP_WEIGHTS
+    show = not args.quiet and sys.stderr.isatty()
+    label = os.path.basename(srcs[0]) if len(srcs) == 1 else f"{len(srcs)} models"
+    progress = Progress(f"dedup {label}") if show else None
+    start = time.perf_counter()
+    try:
+        result = deduplicate_external_data(
+            srcs,
+            dsts,
+            weights,
+            alignment=args.alignment,
+            size_threshold=args.size_threshold,
+            max_shard_size=args.max_shard_size,
+            progress=progress,
+            reuse=args.reuse,
+            remove_unreferenced=args.prune,
+            chunk_size=args.chunk_size,
+        )
+    finally:
+        if progress is not None:
+            progress.close()
+    elapsed = time.perf_counter() - start
+    if not args.quiet:
+        print(_dedup_summary(args, result, len(srcs), elapsed))
+    return 0
+
+
+def _dedup_destinations(args: argparse.Namespace) -> list[str]:
+    """One destination per source: itself (``--in-place``) or ``DIR/<its name>``."""
+    if args.in_place:
+        return list(args.sources)
+    folder = args.out
+    if not os.path.isdir(folder):
+        what = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise ValueError(f"--out {folder}: {what} (create the folder first)")
+    named: dict[str, str] = {}
+    for src in args.sources:
+        name = os.path.basename(src)
+        if name in named:
+            raise ValueError(
+                f"{named[name]} and {src} would both be written to {os.path.join(folder, name)}: "
+                "with --out, each model keeps its file name; rename one of them"
+            )
+        named[name] = src
+    dsts = [os.path.join(folder, os.path.basename(s)) for s in args.sources]
+    for src, dst in zip(args.sources, dsts, strict=True):
+        if os.path.exists(src) and is_in_place(os.path.abspath(src), os.path.abspath(dst)):
+            raise ValueError(
+                f"--out {folder} is the folder of {src}: the models would replace themselves; "
+                "pass --in-place instead to deduplicate them in place"
+            )
+    return dsts
+
+
+def _dedup_summary(
+    args: argparse.Namespace, result: DedupResult, models: int, elapsed: float
+) -> str:
+    """What ``dedup`` did, a few lines (from the result: nothing is read again)."""
+    before, saved = result.bytes_before, result.bytes_saved
+    plural = "model" if models == 1 else "models"
+    if saved >= 0:
+        percent = f"{saved * 100 // before}%" if before else "0%"
+        gain = f"{percent} saved ({saved} of {before} bytes)"
+    else:
+        gain = (
+            f"nothing saved: {-saved} bytes more than before (alignment padding; "
+            "--alignment 0 packs the tensors densely)"
+        )
+    lines = [
+        f"deduplicated {models} {plural} in {elapsed:.2f} s: {human(before)} of tensors -> "
+        f"{human(result.bytes_written)} written + {human(result.bytes_reused)} reused, {gain}"
+    ]
+    shared = sum(len(g) for g in result.groups)
+    if result.groups:
+        ranges = (
+            "1 range is" if len(result.groups) == 1 else f"{len(result.groups)} ranges are each"
+        )
+        lines.append(f"{ranges} read by several tensors ({shared} tensors)")
+    else:
+        lines.append("no two tensors hold the same bytes: each keeps its own range")
+    if result.transposed:
+        several = models > 1
+
+        def name(t: tuple[str, str]) -> str:
+            model, tensor = t
+            return f"{os.path.basename(model)}:{tensor}" if several else tensor
+
+        pairs = ", ".join(f"{name(a)!r} / {name(b)!r}" for a, b, _ in result.transposed[:3])
+        more = f" and {len(result.transposed) - 3} more" if len(result.transposed) > 3 else ""
+        nbytes = sum(n for _, _, n in result.transposed)
+        twins = "twin" if len(result.transposed) == 1 else "twins"
+        lines.append(
+            f"{len(result.transposed)} transposed {twins} kept ({human(nbytes)}; "
+            f"sharing them needs a graph change): {_printable(pairs)}{more}"
+        )
+    if result.weights_paths:
+        where = _printable(result.weights_paths[0])
+        if len(result.weights_paths) > 1:
+            where = f"{len(result.weights_paths)} shards ({where}, ...)"
+        lines.append(f"weights: {where} {_aligned(args.alignment)}")
+    else:
+        lines.append("weights: none written, every tensor points into a reused file")
+    if args.prune and not args.in_place:
+        lines.append("--prune: nothing to prune, the sources were not replaced (not in place)")
+    lines.extend(_left_over(result))
+    return "\n".join(lines)
+
+
+def _left_over(result: AlignResult | DedupResult) -> list[str]:
+    """The line about the weights files left behind by an in-place run, if any."""
     names = ", ".join(_printable(os.path.basename(p)) for p in result.unreferenced)
     if result.removed:
-        lines.append(f"removed {len(result.removed)} weights files no model references: {names}")
-    elif result.unreferenced:
-        lines.append(
+        return [f"removed {len(result.removed)} weights files no model references: {names}"]
+    if result.unreferenced:
+        return [
             f"{len(result.unreferenced)} weights files no .onnx of the folder references any "
             f"more: {names} (--prune removes them)"
-        )
-    return lines
+        ]
+    return []
 
 
 def _printable(text: str) -> str:
@@ -208,16 +352,71 @@ def _table(rows: list[list[str]], right: set[int]) -> str:
 def cmd_info(args: argparse.Namespace) -> int:
     """Run ``onnx-light info``: print the tensor table, or JSON with ``--json``.
 
+    With several models, each model's report in turn, then the ranges
+    tensors of several models read (JSON: ``{"models": [...],
+    "shared_ranges": [...], "transposed": ...}``).
+
     Args:
-        args: the parsed arguments (model, json).
+        args: the parsed arguments (model: a list, json, twins).
 
     Returns:
         The exit code, 0.
     """
-    info = model_info(args.model)
+    infos = [model_info(path) for path in args.model]
+    several = len(infos) > 1
+    shared = shared_across(infos) if several else infos[0]["shared_ranges"]
+    # None: not looked for (it reads the weights); []: looked for, none found
+    transposed = transposed_pairs(args.model) if args.twins else None
+    if not several and transposed is not None:
+        transposed = [{**p, "tensors": [t["name"] for t in p["tensors"]]} for p in transposed]
     if args.json:
-        print(json.dumps(info, indent=2))
+        if several:
+            doc = {"models": infos, "shared_ranges": shared, "transposed": transposed}
+        else:
+            doc = {**infos[0], "transposed": transposed}
+        print(json.dumps(doc, indent=2))
         return 0
+    for k, info in enumerate(infos):
+        if k:
+            print()
+        _print_info(info)
+    name = _tensor_namer(args.model)
+    if shared:
+        print()
+        across = " of these models" if several else ""
+        print(_sharing(shared, across))
+        ranges = [["location", "offset", "length", "read by"]]
+        for r in shared:
+            names = ", ".join(name(t) for t in r["tensors"])
+            ranges.append([_printable(r["location"]), str(r["offset"]), str(r["length"]), names])
+        print(_table(ranges, {1, 2}))
+    if transposed is not None:
+        print()
+        found = len(transposed) or "none"
+        print(f"transposed twins (2-D tensors stored as the transpose of another): {found}")
+        for p in transposed:
+            a, b = (name(t) for t in p["tensors"])
+            print(f"  {a} / {b}: {p['length']} bytes each ({human(p['length'])})")
+    return 0
+
+
+def _tensor_namer(models: list[str]):
+    """How tensors are shown: their name, prefixed by their model's file name
+    (or path, when two models share a file name) when there are several models."""
+    basenames = [os.path.basename(m) for m in models]
+    unique = len(set(basenames)) == len(basenames)
+
+    def name(t: str | dict) -> str:
+        if isinstance(t, str):
+            return _printable(t)
+        model = os.path.basename(t["model"]) if unique else t["model"]
+        return _printable(f"{model}:{t['name']}")
+
+    return name
+
+
+def _print_info(info: dict) -> None:
+    """One model's tensor table, files and alignment."""
 
     def cell(v: object, none: str = "-") -> str:
         return none if v is None else _printable(str(v))
@@ -261,30 +460,50 @@ def cmd_info(args: argparse.Namespace) -> int:
     for a, ok in info["aligned"].items():
         note = " (no external tensors)" if not info["external_tensors"] else ""
         print(f"aligned to {a}: {'yes' if ok else 'no'}{note}")
-    return 0
+
+
+def _sharing(shared: list[dict], across: str = "") -> str:
+    """``N ranges are read by several tensors (M tensors, X stored once for Y of tensors)``."""
+    tensors = sum(len(r["tensors"]) for r in shared)
+    once = sum(r["length"] for r in shared)
+    read = sum(r["length"] * len(r["tensors"]) for r in shared)
+    ranges = "1 range is" if len(shared) == 1 else f"{len(shared)} ranges are each"
+    return (
+        f"{ranges} read by several tensors{across} ({tensors} tensors: "
+        f"{human(once)} stored once for {human(read)} of tensors)"
+    )
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Run ``onnx-light verify``: one line per problem on stdout.
 
+    With several models, each is checked; the ranges their tensors share
+    (within and across them) are counted on the last line.
+
     Args:
-        args: the parsed arguments (model).
+        args: the parsed arguments (model: a list).
 
     Returns:
         0 when every reference is valid, else 1.
     """
-    count, problems = verify_model(args.model)
-    for p in problems:
-        print(_printable(p))
-    model = _printable(args.model)
-    if problems:
-        print(
-            f"{PROG}: error: {len(problems)} problem(s) with external references in {model}",
-            file=sys.stderr,
-        )
-        return 1
-    print(f"OK {model}: {count} external tensors, every reference valid")
-    return 0
+    results, shared = verify_models(args.model)
+    failed = 0
+    for path, (count, problems) in zip(args.model, results, strict=True):
+        for p in problems:
+            print(_printable(p))
+        model = _printable(path)
+        if problems:
+            failed += 1
+            print(
+                f"{PROG}: error: {len(problems)} problem(s) with external references in {model}",
+                file=sys.stderr,
+            )
+        else:
+            print(f"OK {model}: {count} external tensors, every reference valid")
+    if shared:
+        across = " of these models" if len(args.model) > 1 else ""
+        print(f"{_sharing(shared, across)}: valid, each range is stored once")
+    return 1 if failed else 0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -296,15 +515,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``onnx-light`` argument parser, with its three subcommands.
+    """The ``onnx-light`` argument parser, with its four subcommands.
 
     Returns:
         An :class:`argparse.ArgumentParser`; each subcommand sets ``func``.
     """
     parser = _Parser(
         prog=PROG,
-        description="Inspect, check and re-align ONNX models with external data, "
-        "without loading their weights in memory.",
+        description="Inspect, check, re-align and deduplicate ONNX models with external "
+        "data, without loading their weights in memory.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {onnx_light.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -381,14 +600,107 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_align)
 
     p = sub.add_parser(
+        "dedup",
+        help="write models that share one weights file, each distinct tensor stored once",
+        description="Compare the tensors of every SRC by content (lengths, then samples, then "
+        "bytes compared chunk by chunk) and write models that all reference one weights file "
+        "in which each distinct byte string is stored once, at aligned offsets: an exporter's "
+        "decoder and decoder-with-past, or tied weights in one model. Names, dtypes and shapes "
+        "do not matter, equal bytes do. Weights never sit in RAM. Every output model and the "
+        "weights are committed together: an error leaves every old file as it was. A 2-D tensor "
+        "stored as the transpose of another is reported, not shared.",
+    )
+    p.add_argument("sources", nargs="+", metavar="SRC.onnx", help="the models to deduplicate")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write each model to DIR/<its file name> (DIR must exist; two sources with one "
+        "file name are refused)",
+    )
+    where.add_argument(
+        "--in-place",
+        action="store_true",
+        help="replace every SRC (all in one folder); the old weights files are listed, or "
+        "deleted with --prune",
+    )
+    p.add_argument(
+        "--weights",
+        type=_output,
+        metavar="NAME",
+        help="the shared weights file, relative to the destination folder and inside it "
+        f"(default: {DEDUP_WEIGHTS}; with one model, its name + .data, e.g. model.onnx.data)",
+    )
+    p.add_argument(
+        "--alignment",
+        type=_alignment,
+        default=4096,
+        metavar="BYTES",
+        help="a power of two, or 0 for none (default: 4096)",
+    )
+    p.add_argument(
+        "--size-threshold",
+        type=_size,
+        default=1024,
+        metavar="BYTES",
+        help="inline tensors of at least BYTES move to the weights file and are compared; "
+        "smaller ones stay in their model (default: 1K)",
+    )
+    p.add_argument(
+        "--max-shard-size",
+        type=_shard,
+        default=None,
+        metavar="BYTES",
+        help="split the weights into files of at most BYTES each, e.g. 2G, named as onnx-ir "
+        "names them (weights-00001-of-00003.data); a larger tensor is alone in its file",
+    )
+    p.add_argument(
+        "--reuse",
+        action="append",
+        default=[],
+        metavar="FILE.safetensors",
+        help="a .safetensors file of the destination folder that already holds weights "
+        "(repeatable; a path from the current folder, e.g. out/model.safetensors): a tensor "
+        "whose bytes are a whole tensor of it points into it instead of being written; the "
+        "file is only read",
+    )
+    p.add_argument(
+        "--chunk-size",
+        type=_chunk,
+        default=4 * 1024 * 1024,
+        metavar="BYTES",
+        help="bytes per copy call, e.g. 4M (default: 4 MiB)",
+    )
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="in place: delete the weights files the old models used and no .onnx of the "
+        "folder references any more (listed either way)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
+    p.set_defaults(func=cmd_dedup)
+
+    p = sub.add_parser(
         "info",
         help="list every tensor, where its bytes live and how they are aligned",
         description="A table of every tensor (name, dtype, shape, location, offset, length, "
-        "the largest power of two dividing the offset), totals per file, and whether "
-        "the model is aligned to 4096 / 65536. Weights are not read.",
+        "the largest power of two dividing the offset), totals per file, whether "
+        "the model is aligned to 4096 / 65536, and the ranges several tensors read "
+        "(a deduplicated model). Weights are not read (but with --twins).",
     )
-    p.add_argument("model", metavar="MODEL.onnx")
+    p.add_argument(
+        "model",
+        nargs="+",
+        metavar="MODEL.onnx",
+        help="one model, or several: then the ranges their tensors share are listed too",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON document instead")
+    p.add_argument(
+        "--twins",
+        action="store_true",
+        help="also look for 2-D tensors stored as the transpose of another (as dedup does): "
+        "this reads their bytes, a few samples first, then tile by tile",
+    )
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser(
@@ -396,9 +708,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="check that every external reference is valid",
         description="Check every external reference: the file exists and stays inside the "
         "model's folder, the range fits in it and matches dtype x dims. Exit 0 when all "
-        "are valid, else 1 with one line per problem.",
+        "are valid, else 1 with one line per problem. Ranges read by several tensors are "
+        "counted, not refused: sharing is valid.",
     )
-    p.add_argument("model", metavar="MODEL.onnx")
+    p.add_argument(
+        "model",
+        nargs="+",
+        metavar="MODEL.onnx",
+        help="one model, or several (exit 1 when any has a problem)",
+    )
     p.set_defaults(func=cmd_verify)
     return parser
 
@@ -452,4 +770,5 @@ def _json_error(args: argparse.Namespace, message: str) -> None:
     """
     if args.func is cmd_info and args.json:
         with contextlib.suppress(OSError, ValueError):  # stdout closed or a broken pipe
-            print(json.dumps({"error": message, "model": args.model}, indent=2), flush=True)
+            model = args.model[0] if len(args.model) == 1 else args.model
+            print(json.dumps({"error": message, "model": model}, indent=2), flush=True)

@@ -1,0 +1,331 @@
+"""``onnx-light dedup``, and the shared ranges ``info`` and ``verify`` report.
+
+What a user sees: the summary (bytes before and after, groups, transposed
+twins, the weights written, the old files left or pruned), models that load
+with the same tensors, sources untouched, one error line and nothing written
+on a bad call.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from conftest import folder_digest, read_back, save_two_file
+from conftest import run_cli as _cli
+from onnx import helper, numpy_helper
+
+import onnx_light.cli as cli
+import onnx_light.onnx as onnxl
+from onnx_light._progress import human
+from onnx_light.bench import make_gemm_model
+
+N, DIM = 4, 64
+WEIGHT, BIAS = DIM * DIM * 4, DIM * 4
+
+
+class TtyStringIO(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _pair(folder, changed=("W0",)) -> list[str]:
+    """Two two-file models of one folder (a.onnx, b.onnx) sharing every weight but ``changed``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = make_gemm_model(N, DIM)
+    save_two_file(base, folder / "a.onnx", size_threshold=0)
+    other = onnx.ModelProto()
+    other.CopyFrom(base)
+    for init in other.graph.initializer:
+        if init.name in changed:
+            arr = numpy_helper.to_array(init)
+            init.CopyFrom(numpy_helper.from_array((arr + 1).astype(arr.dtype), init.name))
+    save_two_file(other, folder / "b.onnx", size_threshold=0)
+    return [str(folder / "a.onnx"), str(folder / "b.onnx")]
+
+
+def _arrays(model: onnx.ModelProto) -> dict[str, bytes]:
+    return {t.name: numpy_helper.to_array(t).tobytes() for t in model.graph.initializer}
+
+
+def _recording(monkeypatch) -> list:
+    """Keep the library's results as the command gets them."""
+    results = []
+    real = cli.deduplicate_external_data
+
+    def recorded(*args, **kwargs):
+        results.append(real(*args, **kwargs))
+        return results[-1]
+
+    monkeypatch.setattr(cli, "deduplicate_external_data", recorded)
+    return results
+
+
+def _tied_model(path) -> None:
+    """One model, three 2-D tensors: 'wte', 'tied' (the same bytes), 'lm_head' (its transpose)."""
+    emb = (np.random.default_rng(1).standard_normal((96, 32)) * 0.1).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(emb, "wte"),
+        numpy_helper.from_array(np.ascontiguousarray(emb.T), "lm_head"),
+        numpy_helper.from_array(emb, "tied"),
+    ]
+    out = helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [96, 32])
+    graph = helper.make_graph([helper.make_node("Identity", ["wte"], ["Y"])], "g", [], [out], inits)
+    onnx.save(helper.make_model(graph), str(path))
+
+
+def test_dedup_out_two_models(tmp_path, capsys, monkeypatch):
+    srcs = _pair(tmp_path / "src")
+    before = folder_digest(tmp_path / "src")
+    expected = [read_back(p) for p in srcs]
+    (tmp_path / "out").mkdir()
+    results = _recording(monkeypatch)
+    code, out, err = _cli(capsys, "dedup", *srcs, "--out", tmp_path / "out")
+    assert code == 0, err
+    assert err == ""  # not a terminal: no progress bar
+    (result,) = results
+    lines = out.splitlines()
+    assert lines[0].startswith("deduplicated 2 models in ")
+    for number in (human(result.bytes_before), human(result.bytes_written), "+ 0 B reused"):
+        assert number in lines[0]
+    saved = result.bytes_saved
+    assert f"{saved * 100 // result.bytes_before}% saved ({saved} of {result.bytes_before}" in out
+    # W0 differs; W1..W3 and B0..B3 are shared
+    assert len(result.groups) == 2 * N - 1
+    assert lines[1] == f"{2 * N - 1} ranges are each read by several tensors ({4 * N - 2} tensors)"
+    weights = tmp_path / "out" / "weights.data"
+    assert lines[2] == f"weights: {weights} aligned to 4096"
+    assert sorted(os.listdir(tmp_path / "out")) == ["a.onnx", "b.onnx", "weights.data"]
+    assert result.bytes_written == os.path.getsize(weights)
+    for src, exp in zip(srcs, expected, strict=True):
+        dst = tmp_path / "out" / os.path.basename(src)
+        assert read_back(dst) == exp
+        assert _arrays(onnxl.load(dst)) == _arrays(onnx.load(src))  # loads with its weights
+    assert folder_digest(tmp_path / "src") == before  # sources untouched
+
+
+def test_info_and_verify_show_the_shared_ranges(tmp_path, capsys):
+    srcs = _pair(tmp_path / "src")
+    out = tmp_path / "out"
+    out.mkdir()
+    assert _cli(capsys, "dedup", *srcs, "--out", out, "-q")[0] == 0
+    a, b = out / "a.onnx", out / "b.onnx"
+    # one model alone reads no range twice
+    code, text, _ = _cli(capsys, "info", a)
+    assert code == 0 and "read by several" not in text
+    assert json.loads(_cli(capsys, "info", a, "--json")[1])["shared_ranges"] == []
+    # both: 7 ranges, each read by a.onnx and b.onnx
+    code, text, err = _cli(capsys, "info", a, b)
+    assert code == 0, err
+    assert text.count(f"{2 * N} tensors, {2 * N} external") == 2  # each model's own report
+    shares = f"{2 * N - 1} ranges are each read by several tensors of these models"
+    assert f"{shares} ({4 * N - 2} tensors: " in text
+    w1 = next(line for line in text.splitlines() if "a.onnx:W1" in line)
+    assert w1.split()[0] == "weights.data" and w1.split()[-2:] == ["a.onnx:W1,", "b.onnx:W1"]
+    assert not any("a.onnx:W0" in line for line in text.splitlines())
+    doc = json.loads(_cli(capsys, "info", "--json", a, b)[1])
+    assert [m["model"] for m in doc["models"]] == [str(a), str(b)]
+    assert doc["transposed"] is None  # not looked for without --twins
+    assert len(doc["shared_ranges"]) == 2 * N - 1
+    places = {(e["location"], e["offset"], e["length"]) for e in doc["shared_ranges"]}
+    assert len(places) == 2 * N - 1
+    w1 = next(r for r in doc["shared_ranges"] if {"model": str(a), "name": "W1"} in r["tensors"])
+    assert w1["tensors"] == [{"model": str(a), "name": "W1"}, {"model": str(b), "name": "W1"}]
+    assert w1["location"] == "weights.data" and w1["length"] == WEIGHT
+    # verify: sharing is valid, and counted
+    code, text, err = _cli(capsys, "verify", a, b)
+    assert code == 0 and err == ""
+    assert text.splitlines() == [
+        f"OK {a}: {2 * N} external tensors, every reference valid",
+        f"OK {b}: {2 * N} external tensors, every reference valid",
+        f"{shares} ({4 * N - 2} tensors: {human(3 * WEIGHT + 4 * BIAS)} stored once for "
+        f"{human(2 * (3 * WEIGHT + 4 * BIAS))} of tensors): valid, each range is stored once",
+    ]
+
+
+def test_one_model_tied_and_transposed(tmp_path, capsys):
+    _tied_model(tmp_path / "m.onnx")
+    (tmp_path / "out").mkdir()
+    code, out, err = _cli(capsys, "dedup", tmp_path / "m.onnx", "--out", tmp_path / "out")
+    assert code == 0, err
+    assert out.startswith("deduplicated 1 model in ")
+    assert "1 range is read by several tensors (2 tensors)" in out
+    assert "1 transposed twin kept (12.0 KiB; sharing them needs a graph change): " in out
+    assert "'wte' / 'lm_head'" in out
+    assert sorted(os.listdir(tmp_path / "out")) == ["m.onnx", "m.onnx.data"]  # one model: its name
+    dst = tmp_path / "out" / "m.onnx"
+    assert read_back(dst) == read_back(tmp_path / "m.onnx")
+    # within one model: info, info --json, verify
+    code, text, _ = _cli(capsys, "info", dst)
+    assert "1 range is read by several tensors (2 tensors: 12.0 KiB stored once" in text
+    row = text.splitlines()[-1].split()
+    assert row[0] == "m.onnx.data" and row[-2:] == ["wte,", "tied"]
+    assert "transposed" not in text  # not looked for: the bytes are not read
+    doc = json.loads(_cli(capsys, "info", "--json", dst)[1])
+    assert doc["shared_ranges"] == [
+        {"location": "m.onnx.data", "offset": 0, "length": 96 * 32 * 4, "tensors": ["wte", "tied"]}
+    ]
+    assert doc["transposed"] is None
+    code, text, _ = _cli(capsys, "verify", dst)
+    assert code == 0 and text.splitlines()[-1].startswith("1 range is read by several tensors")
+    # --twins reads the bytes to look for transposed copies
+    code, text, _ = _cli(capsys, "info", dst, "--twins")
+    assert "transposed twins (2-D tensors stored as the transpose of another): 1" in text
+    assert "  wte / lm_head: 12288 bytes each (12.0 KiB)" in text
+    doc = json.loads(_cli(capsys, "info", "--json", "--twins", dst)[1])
+    assert doc["transposed"] == [{"tensors": ["wte", "lm_head"], "length": 12288}]
+
+
+def test_dedup_in_place_lists_then_prunes(tmp_path, capsys):
+    srcs = _pair(tmp_path / "m")
+    expected = [read_back(p) for p in srcs]
+    code, out, err = _cli(capsys, "dedup", *srcs, "--in-place", "--weights", "shared.data")
+    assert code == 0, err
+    assert out.splitlines()[-1] == (
+        "2 weights files no .onnx of the folder references any more: a.onnx.data, b.onnx.data "
+        "(--prune removes them)"
+    )
+    assert sorted(os.listdir(tmp_path / "m")) == [
+        "a.onnx", "a.onnx.data", "b.onnx", "b.onnx.data", "shared.data"
+    ]  # fmt: skip
+    for p, exp in zip(srcs, expected, strict=True):
+        assert read_back(p) == exp
+    code, out, err = _cli(capsys, "dedup", *srcs, "--in-place", "--prune")  # into weights.data
+    assert code == 0, err
+    assert out.splitlines()[-1] == "removed 1 weights files no model references: shared.data"
+    assert sorted(os.listdir(tmp_path / "m")) == [
+        "a.onnx", "a.onnx.data", "b.onnx", "b.onnx.data", "weights.data"
+    ]  # fmt: skip
+    for p, exp in zip(srcs, expected, strict=True):
+        assert read_back(p) == exp
+
+
+def test_dedup_prune_without_in_place_is_a_note(tmp_path, capsys):
+    srcs = _pair(tmp_path / "src")
+    (tmp_path / "out").mkdir()
+    code, out, _ = _cli(capsys, "dedup", *srcs, "--out", tmp_path / "out", "--prune")
+    assert code == 0
+    assert "--prune: nothing to prune, the sources were not replaced (not in place)" in out
+    assert sorted(os.listdir(tmp_path / "src")) == [
+        "a.onnx",
+        "a.onnx.data",
+        "b.onnx",
+        "b.onnx.data",
+    ]
+
+
+def _write_safetensors(path, arrays: dict[str, np.ndarray]) -> None:
+    """A float32 .safetensors file, written as the format says."""
+    header, offset, blobs = {}, 0, []
+    for name, arr in arrays.items():
+        data = np.ascontiguousarray(arr, dtype=np.float32).tobytes()
+        header[name] = {
+            "dtype": "F32",
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def test_dedup_reuse_safetensors(tmp_path, capsys, monkeypatch):
+    srcs = _pair(tmp_path / "src")
+    weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(srcs[0]).graph.initializer}
+    out = tmp_path / "pub"
+    out.mkdir()
+    _write_safetensors(out / "model.safetensors", {n: weights[n] for n in ("W1", "W2")})
+    st = folder_digest(out)
+    results = _recording(monkeypatch)
+    argv = ["dedup", *srcs, "--out", out, "--reuse", out / "model.safetensors"]
+    code, text, err = _cli(capsys, *argv)
+    assert code == 0, err
+    (result,) = results
+    assert result.bytes_reused == 4 * WEIGHT  # W1 and W2 of both models
+    assert f"+ {human(4 * WEIGHT)} reused" in text.splitlines()[0]
+    assert folder_digest(out)["model.safetensors"] == st["model.safetensors"]
+    for src in srcs:
+        dst = out / os.path.basename(src)
+        assert read_back(dst) == read_back(src)
+        places = {
+            t.name: {e.key: e.value for e in t.external_data}["location"]
+            for t in onnx.load(str(dst), load_external_data=False).graph.initializer
+        }
+        assert places["W1"] == places["W2"] == "model.safetensors"
+        assert places["W3"] == "weights.data"
+
+
+def test_dedup_progress_bar_on_a_terminal(tmp_path, capsys, monkeypatch):
+    srcs = _pair(tmp_path / "src")
+    (tmp_path / "out").mkdir()
+    err = TtyStringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # the text bar
+    assert cli.main(["dedup", *srcs, "--out", str(tmp_path / "out"), "--chunk-size", "4K"]) == 0
+    text = err.getvalue()
+    assert text.startswith("\rdedup 2 models [") and text.endswith("\n")
+    assert "100%" in text.splitlines()[-1]
+    assert "deduplicated" in capsys.readouterr().out
+    err.truncate(0)
+    err.seek(0)
+    assert cli.main(["dedup", *srcs, "--out", str(tmp_path / "out"), "-q"]) == 0
+    assert err.getvalue() == "" and capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(
+    ("case", "code", "message"),
+    [
+        ("same name", 1, "would both be written to"),
+        ("missing folder", 1, "does not exist (create the folder first)"),
+        ("neither", 2, "one of the arguments --out --in-place is required"),
+        ("both", 2, "not allowed with argument"),
+        ("out is the sources' folder", 1, "pass --in-place instead"),
+        ("bad shard size", 2, "--max-shard-size"),
+        ("reuse outside the folder", 1, "outside the destination folder"),
+        ("weights outside the folder", 1, "must lie inside the model's folder"),
+    ],
+)
+def test_dedup_bad_calls_write_nothing(tmp_path, capsys, case, code, message):
+    srcs = _pair(tmp_path / "src")
+    other = _pair(tmp_path / "other")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "x.safetensors").write_bytes(b"")
+    before = {d: folder_digest(tmp_path / d) for d in ("src", "other", "out")}
+    out = ["--out", str(tmp_path / "out")]
+    argv = {
+        "same name": [srcs[0], other[0], *out],
+        "missing folder": [*srcs, "--out", str(tmp_path / "nope")],
+        "neither": srcs,
+        "both": [*srcs, *out, "--in-place"],
+        "out is the sources' folder": [*srcs, "--out", str(tmp_path / "src")],
+        "bad shard size": [*srcs, *out, "--max-shard-size", "0"],
+        "reuse outside the folder": [*srcs, *out, "--reuse", str(tmp_path / "x.safetensors")],
+        "weights outside the folder": [*srcs, *out, "--weights", "../w.data"],
+    }[case]
+    got, text, err = _cli(capsys, "dedup", *argv)
+    assert got == code and text == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("onnx-light: error: "), err
+    assert message in lines[0] and "Traceback" not in err
+    assert {d: folder_digest(tmp_path / d) for d in ("src", "other", "out")} == before
+    assert not (tmp_path / "nope").exists() and not (tmp_path / "w.data").exists()
+
+
+def test_dedup_help(capsys):
+    code, text, _ = _cli(capsys, "dedup", "--help")
+    assert code == 0 and text.startswith("usage: onnx-light dedup")
+    for option in ("--out", "--in-place", "--weights", "--reuse", "--prune", "--max-shard-size"):
+        assert option in text
+    assert "weights.data" in text and "model.onnx.data" in text  # the default weights names
+    assert "dedup" in cli.build_parser().format_help()
+    code, text, _ = _cli(capsys, "info", "--help")
+    assert "--twins" in text
