@@ -136,6 +136,7 @@ def align_model(
     inline_below: int | None = None,
     shard_naming: str = "onnx-ir",
     remove_unreferenced: bool = False,
+    durable: bool = False,
 ) -> AlignResult:
     """Re-align ``src_onnx_path``: see :func:`align_external_data_streaming`.
 
@@ -169,7 +170,7 @@ def align_model(
             in_place=in_place,
             hint=overwrite_hint(src, dst),
         )
-        with AtomicFiles() as out:
+        with AtomicFiles(durable=durable) as out:
             out.reserve([*weights.outputs, dst])
             total = weights.write(out, files, 1, chunk_size, progress)
             for item, (location, offset) in zip(items, weights.placement, strict=True):

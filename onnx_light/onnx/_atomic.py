@@ -16,6 +16,12 @@ rename fails (an immutable ``.onnx``, EPERM, EBUSY), the renames already made
 are undone, so the old pair is exactly as it was. Readers of onnx-light take
 the same lock shared while they open a model and its data files, so they
 never pair an ``.onnx`` with weights of another commit.
+
+A commit that replaces a file, or any commit of a set made ``durable``,
+survives a power cut: every new file's data and metadata are flushed to the
+disk (``fsync``) before the first rename, and each folder is flushed after
+the last one, so the renames themselves are on the disk when the call
+returns.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ OLD_SUFFIX = ".onnx-light-old"
 _NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _NO_EXCHANGE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP})
 _NO_MODES = frozenset({errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EPERM, errno.EINVAL})
+_NO_SYNC = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF})
 
 
 def temp_path(final_path: str, suffix: str = TMP_SUFFIX, token: str | None = None) -> str:
@@ -98,9 +105,14 @@ class AtomicFiles:
     destinations that a case-insensitive filesystem takes for one file meet
     as soon as their temporary files are created (:meth:`reserve`), before
     anything is written.
+
+    Args:
+        durable: flush every file and folder to the disk at the commit, even
+            when no file is replaced (a commit that replaces one always does).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, durable: bool = False) -> None:
+        self.durable = durable  # flush new files to the disk even when none replaces a file
         self._pending: list[_Pending] = []
         self._token = secrets.token_hex(4)
         self._guard = guarded()
@@ -226,9 +238,12 @@ class AtomicFiles:
         Raises:
             OSError: a rename failed; the renames already made were undone.
         """
+        durable = self.durable or any(os.path.lexists(e.final) for e in self._pending)
         with critical():
             try:
                 for entry in self._pending:
+                    if durable:  # data and metadata on the disk before any rename
+                        _fsync_file(entry)
                     if entry.fd >= 0:
                         fd, entry.fd = entry.fd, -1
                         os.close(fd)
@@ -247,6 +262,9 @@ class AtomicFiles:
                         swap = _Swap(entry.tmp, entry.final)
                         done.append(swap)  # recorded before any rename
                         swap.run()
+                    if durable:  # the renames on the disk before the old files go
+                        for folder in folders:
+                            _fsync_folder(folder)
                 except BaseException:
                     for swap in reversed(done):
                         swap.undo()
@@ -384,6 +402,49 @@ def folder_lock(folder: str, shared: bool = False) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def _fsync_file(entry: _Pending) -> None:
+    """Flush a temporary file's data and metadata to the disk (reopened if closed).
+
+    Raises:
+        OSError: the flush failed (an I/O error: the data may not be on the
+            disk), naming the destination.
+    """
+    fd = entry.fd if entry.fd >= 0 else os.open(entry.tmp, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in _NO_SYNC:  # a filesystem that cannot flush (some FUSE ones)
+            raise OSError(
+                e.errno, f"cannot flush {shown(entry.final)} to the disk: {e.strerror}", entry.final
+            ) from None
+    finally:
+        if fd != entry.fd:
+            os.close(fd)
+
+
+def _fsync_folder(folder: str) -> None:
+    """Flush a folder's entries (the renames) to the disk, where the filesystem can.
+
+    Raises:
+        OSError: the flush failed with an I/O error.
+    """
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return  # a folder that cannot be opened cannot be flushed: nothing more to do
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in _NO_SYNC:
+            raise OSError(
+                e.errno,
+                f"cannot flush the folder {shown(folder)} to the disk: {e.strerror}",
+                folder,
+            ) from None
+    finally:
+        os.close(fd)
 
 
 def _unlink(path: str) -> None:

@@ -148,6 +148,7 @@ def deduplicate_external_data(
     reuse: Sequence[str | os.PathLike] = (),
     remove_unreferenced: bool = False,
     chunk_size: int = 4 * 1024 * 1024,
+    durable: bool = False,
 ) -> DedupResult:
     """Write models that all reference one weights file, each distinct byte string stored once.
 
@@ -187,6 +188,8 @@ def deduplicate_external_data(
         remove_unreferenced: in place, delete the old weights files no model
             of the folder references any more (else they are only listed).
         chunk_size: bytes per copy system call.
+        durable: flush the new files and their folder to the disk before
+            returning, even into a new folder (in place, always done).
 
     Returns:
         A :class:`DedupResult`: bytes before and written, the groups of
@@ -259,7 +262,7 @@ def deduplicate_external_data(
             )
         names = _names(models, items)
         transposed = find_transposed(items, classes[: len(items)], names, files)
-        with AtomicFiles() as out:
+        with AtomicFiles(durable=durable) as out:
             out.reserve([*weights.outputs, *dsts])
             written = weights.write(out, files, 1, chunk_size, progress)
             for i, (location, offset) in zip(to_write, weights.placement, strict=True):

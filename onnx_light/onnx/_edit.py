@@ -72,6 +72,7 @@ def save_edited(
     size_threshold: int = 1024,
     max_shard_size: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    durable: bool = False,
 ) -> int:
     """Save a model edited without its weights: sharing the source's weights, or a compact copy.
 
@@ -122,6 +123,9 @@ def save_edited(
             many bytes (named as onnx-ir names shards). None: one file.
         progress: ``progress(done_bytes, total_bytes)`` while the new weights
             are written, as in :func:`~onnx_light.onnx.align_external_data_streaming`.
+        durable: flush the new files and their folder to the disk before
+            returning (``fsync``), as in
+            :func:`~onnx_light.onnx.align_external_data_streaming`.
 
     Returns:
         The size in bytes of the new weights file (padding included; the sum
@@ -168,6 +172,7 @@ def save_edited(
         use_external_data_location=bool(share_weights),
         base_dir=None if share_weights else src,  # compact: references read from the source
         max_shard_size=max_shard_size,
+        durable=durable,
     )
     if dst_weights_path is None:
         dst_weights_path = default_weights(dst)

@@ -170,6 +170,9 @@ class SerializeOptions:
         shard_naming: ``"onnx-ir"`` (default) or ``"transformers.js"``
             (``model.onnx_data``, ``model.onnx_data_1``...: the names its
             loader derives from ``model.onnx``, at most 100 files).
+        durable: flush the new files and their folder to the disk before the
+            call returns (``fsync``), even when they replace nothing; a save
+            that replaces existing files always does. Default False.
         base_dir: where external references are read from when
             ``use_external_data_location`` is False: the folder the model was
             loaded from, or the ``.onnx`` file itself (then, as in ``load``,
@@ -190,6 +193,7 @@ class SerializeOptions:
         "base_dir",
         "_max_shard_size",
         "_shard_naming",
+        "durable",
     )
 
     def __init__(
@@ -201,6 +205,7 @@ class SerializeOptions:
         base_dir: str | os.PathLike | None = None,
         max_shard_size: int | None = None,
         shard_naming: str = "onnx-ir",
+        durable: bool = False,
     ) -> None:
         self.alignment = alignment
         self.size_threshold = size_threshold
@@ -209,6 +214,7 @@ class SerializeOptions:
         self.base_dir = base_dir
         self.max_shard_size = max_shard_size
         self.shard_naming = shard_naming
+        self.durable = bool(durable)
 
     @property
     def alignment(self) -> int:
@@ -256,5 +262,6 @@ class SerializeOptions:
             f"SerializeOptions(alignment={self.alignment}, size_threshold={self.size_threshold}, "
             f"use_external_data_location={self.use_external_data_location}, "
             f"num_threads={self.num_threads}, base_dir={self.base_dir!r}, "
-            f"max_shard_size={self.max_shard_size}, shard_naming={self.shard_naming!r})"
+            f"max_shard_size={self.max_shard_size}, shard_naming={self.shard_naming!r}, "
+            f"durable={self.durable})"
         )

@@ -176,7 +176,7 @@ class SavePlan:
             The size of the weights file (0 when none was written).
         """
         size = 0
-        with AtomicFiles() as files:
+        with AtomicFiles(durable=self.options.durable) as files:
             files.reserve(self.targets)
             if self.weights is not None:
                 size = self.weights.write(files, self.files, self.threads, progress=progress)

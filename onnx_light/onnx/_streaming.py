@@ -27,6 +27,7 @@ def align_external_data_streaming(
     inline_below: int | None = None,
     shard_naming: str = "onnx-ir",
     remove_unreferenced: bool = False,
+    durable: bool = False,
 ) -> AlignResult:
     """Rewrite a model with every external tensor at an aligned offset, streaming its bytes.
 
@@ -86,6 +87,11 @@ def align_external_data_streaming(
         remove_unreferenced: in place, delete the weights files the old
             model read and that no ``.onnx`` of its folder references any
             more (they are listed in the result either way).
+        durable: flush the new files and their folder to the disk before
+            returning (``fsync``), so a power cut after the call cannot lose
+            them. Always done when the call replaces existing files (in
+            place); for new files it costs the time to write them to the disk
+            (see the security page).
 
     Returns:
         An :class:`AlignResult`: an int, the number of bytes of the
@@ -134,6 +140,7 @@ def align_external_data_streaming(
         inline_below=inline_below,
         shard_naming=shard_naming,
         remove_unreferenced=remove_unreferenced,
+        durable=durable,
     )
 
 
