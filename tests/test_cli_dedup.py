@@ -250,8 +250,8 @@ def test_dedup_reuse_safetensors(tmp_path, capsys, monkeypatch):
     code, text, err = _cli(capsys, *argv)
     assert code == 0, err
     (result,) = results
-    assert result.bytes_reused == 4 * WEIGHT  # W1 and W2 of both models
-    assert f"+ {human(4 * WEIGHT)} reused" in text.splitlines()[0]
+    assert result.bytes_reused == 2 * WEIGHT  # W1 and W2, read by both models, counted once
+    assert f"+ {human(2 * WEIGHT)} reused" in text.splitlines()[0]
     assert folder_digest(out)["model.safetensors"] == st["model.safetensors"]
     for src in srcs:
         dst = out / os.path.basename(src)

@@ -236,3 +236,20 @@ def test_a_cache_link_deduplicated_onto_itself_says_why_not(tmp_path):
         onnxl.deduplicate_external_data(links, links, "shared.data")
     assert folder_digest(tmp_path / "blobs") == before
     assert srcs
+
+
+def test_progress_covers_the_comparison_then_the_writing(tmp_path):
+    srcs = _pair(tmp_path / "src")
+    (tmp_path / "out").mkdir()
+    calls = []
+    onnxl.deduplicate_external_data(
+        srcs,
+        [tmp_path / "out" / "a.onnx", tmp_path / "out" / "b.onnx"],
+        "w.data",
+        progress=lambda done, total: calls.append((done, total)),
+    )
+    dones = [d for d, _ in calls]
+    assert dones == sorted(dones) and calls[-1][0] == calls[-1][1]  # never back, ends full
+    first_total = calls[0][1]
+    assert any(t == first_total and d > 0 for d, t in calls)  # the comparison reported
+    assert calls[-1][1] < first_total  # the total shrank once the duplicates were known

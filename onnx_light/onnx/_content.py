@@ -52,9 +52,11 @@ class Blob:
 class _Reader:
     """Reads blobs into reusable buffers (two chunks of memory in all)."""
 
-    def __init__(self, files: SourceFiles) -> None:
+    def __init__(self, files: SourceFiles, progress: Callable[[int], None] | None) -> None:
         self.files = files
         self.buffers = [bytearray(CHUNK), bytearray(CHUNK)]
+        self.progress = progress
+        self.compared = 0
 
     def read(self, blob: Blob, start: int, size: int, which: int = 0) -> memoryview:
         """``size`` bytes of ``blob`` from ``start`` (within it)."""
@@ -81,15 +83,33 @@ class _Reader:
             h.update(self.read(blob, start, min(SAMPLE, n - start)))
         return h.digest()
 
-    def equal(self, a: Blob, b: Blob, progress: Callable[[int], None] | None = None) -> bool:
+    def equal(self, a: Blob, b: Blob) -> bool:
         """True when the two blobs (of one length) hold the same bytes."""
         for start in range(0, a.length, CHUNK):
             size = min(CHUNK, a.length - start)
             if self.read(a, start, size, 0) != self.read(b, start, size, 1):
                 return False
-            if progress is not None:
-                progress(2 * size)
+            self.compared += 2 * size
+            if self.progress is not None:
+                self.progress(self.compared)
         return True
+
+
+def comparison_bound(blobs: Sequence[Blob]) -> int:
+    """At most how many bytes :func:`content_classes` reads to compare (nothing read here).
+
+    Each blob that has others of its length may be read once, and its
+    class's first blob with it.
+    """
+    by_length: dict[int, int] = {}
+    spans = set()
+    for blob in blobs:
+        if blob.span is not None:
+            if blob.span in spans:
+                continue
+            spans.add(blob.span)
+        by_length[blob.length] = by_length.get(blob.length, 0) + 1
+    return sum(2 * length * (k - 1) for length, k in by_length.items() if k > 1)
 
 
 def content_classes(
@@ -102,7 +122,8 @@ def content_classes(
     Args:
         blobs: the candidates.
         files: the call's opened source files.
-        progress: called with the number of bytes compared, as they are.
+        progress: called with the number of bytes compared so far (at most
+            :func:`comparison_bound`), after each chunk.
 
     Returns:
         One class number per blob, the number of the first blob of its class.
@@ -122,7 +143,7 @@ def content_classes(
                 continue
             by_span[span] = i
         by_length.setdefault(blob.length, []).append(i)
-    reader = _Reader(files)
+    reader = _Reader(files, progress)
     for length, members in by_length.items():
         if len(members) < 2 or length == 0:
             if length == 0:  # every empty tensor is every other
@@ -136,7 +157,7 @@ def content_classes(
             heads: list[int] = []  # the first blob of each class met so far
             for i in group:
                 for head in heads:
-                    if reader.equal(blobs[head], blobs[i], progress):
+                    if reader.equal(blobs[head], blobs[i]):
                         classes[i] = head
                         break
                 else:

@@ -20,7 +20,7 @@ import onnx
 
 from ._align import overwrite_hint, plan_model
 from ._atomic import AtomicFiles, folder_lock
-from ._content import Blob, content_classes
+from ._content import Blob, comparison_bound, content_classes
 from ._errors import shown
 from ._external import place
 from ._gc import paused_gc
@@ -236,7 +236,9 @@ def deduplicate_external_data(
             items.extend(plan.items)
         reused = open_reused(reuse, folder, files)
         blobs = [_blob(it) for it in items] + [r.blob for r in reused]
-        classes = content_classes(blobs, files)
+        bound = comparison_bound(blobs)
+        report = _Phases(progress, bound, sum(it.size for it in items))
+        classes = content_classes(blobs, files, report.comparing)
         home = {}  # class -> the reused range holding its bytes
         for k, r in enumerate(reused):
             home.setdefault(classes[len(items) + k], r)
@@ -264,7 +266,7 @@ def deduplicate_external_data(
         transposed = find_transposed(items, classes[: len(items)], names, files)
         with AtomicFiles(durable=durable) as out:
             out.reserve([*weights.outputs, *dsts])
-            written = weights.write(out, files, 1, chunk_size, progress)
+            written = weights.write(out, files, 1, chunk_size, report.writing())
             for i, (location, offset) in zip(to_write, weights.placement, strict=True):
                 it = items[i]
                 place(it.site.tensor, location, offset, it.size, it.entries)
@@ -289,13 +291,37 @@ def deduplicate_external_data(
     return DedupResult(
         bytes_before=sum(it.size for it in items),
         bytes_written=written,
-        bytes_reused=sum(items[i].size for i in range(len(items)) if classes[i] in home),
+        bytes_reused=sum(
+            items[c].size for c in {classes[i] for i in range(len(items))} & home.keys()
+        ),
         groups=_groups(classes[: len(items)], names),
         transposed=transposed,
         weights_paths=weights.outputs,
         unreferenced=stale,
         removed=removed,
     )
+
+
+class _Phases:
+    """One ``progress(done, total)`` over two phases: comparing, then writing.
+
+    The comparison reads at most ``bound`` bytes; the writing's total is
+    known once the comparison has decided what is unique (announced as every
+    tensor's bytes until then), so the total may shrink once, never ``done``.
+    """
+
+    def __init__(self, progress, bound: int, upper: int) -> None:
+        self.progress, self.bound, self.upper = progress, bound, upper
+
+    def comparing(self, done: int) -> None:
+        if self.progress is not None:
+            self.progress(min(done, self.bound), self.bound + self.upper)
+
+    def writing(self):
+        if self.progress is None:
+            return None
+        bound, progress = self.bound, self.progress
+        return lambda done, total: progress(bound + done, bound + total)
 
 
 def _names(models: list[_Model], items: list[Item]) -> list[TensorName]:
