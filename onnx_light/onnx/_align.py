@@ -137,6 +137,7 @@ def align_model(
     shard_naming: str = "onnx-ir",
     remove_unreferenced: bool = False,
     durable: bool = False,
+    drop_behind: bool = False,
 ) -> AlignResult:
     """Re-align ``src_onnx_path``: see :func:`align_external_data_streaming`.
 
@@ -172,7 +173,7 @@ def align_model(
         )
         with AtomicFiles(durable=durable) as out:
             out.reserve([*weights.outputs, dst])
-            total = weights.write(out, files, 1, chunk_size, progress)
+            total = weights.write(out, files, 1, chunk_size, progress, drop_behind)
             for item, (location, offset) in zip(items, weights.placement, strict=True):
                 place(item.site.tensor, location, offset, item.size, item.entries)
             subs = {r.site.path: Spliced(strip_raw_data(r.site.tensor), r) for r in plan.inline}

@@ -11,6 +11,12 @@ never shares) starts with ``splice`` where the destination's
 :class:`~._fs.CopyPolicy` says it is faster; one that can, on a filesystem
 that shares blocks, starts with ``copy_file_range``, its head up to a block
 boundary copied first so the rest can be shared.
+With ``drop_behind``, the ranges already copied leave the page cache as the
+copy goes (every :data:`DROP_WINDOW` bytes): the destination's are written
+to the disk first (``fdatasync``), then both are dropped
+(``posix_fadvise(POSIX_FADV_DONTNEED)``), so copying a model larger than the
+memory does not push out what the rest of the machine keeps cached.
+
 An engine falls back only when the kernel says a way is not supported here
 (ENOSYS, EXDEV, EINVAL, EOPNOTSUPP, ...) and then remembers it for the rest of
 its copies. A full disk or an I/O error propagates as OSError. The ``os``
@@ -19,6 +25,7 @@ functions are looked up at call time, so tests can replace them.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Callable
@@ -31,6 +38,7 @@ UNSUPPORTED = frozenset(
 )
 PIPE_SIZE = 1 << 20  # the default /proc/sys/fs/pipe-max-size: what any user may ask
 SHARE_CHUNK = 1 << 30  # bytes per call where blocks may be shared and nobody watches progress
+DROP_WINDOW = 64 << 20  # bytes copied between two drops from the page cache (drop_behind)
 
 
 class _Unsupported(Exception):
@@ -51,6 +59,8 @@ class CopyEngine:
         total: the total announced to ``progress``.
         policy: the destination filesystem's :class:`~._fs.CopyPolicy`
             (default: the kernel's ``copy_file_range`` first for every copy).
+        drop_behind: drop the copied ranges of both files from the page
+            cache as the copy goes (the destination's written to disk first).
 
     Use it as a context manager: it owns a pipe once it uses splice.
 
@@ -65,6 +75,7 @@ class CopyEngine:
         progress: Callable[[int, int], None] | None = None,
         total: int = 0,
         policy: CopyPolicy = UNKNOWN,
+        drop_behind: bool = False,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size must be > 0, got {chunk_size}")
@@ -78,6 +89,10 @@ class CopyEngine:
         self.unsupported: set[str] = set()
         self._pipe: tuple[int, int] | None = None
         self._buffer: memoryview | None = None
+        self.drop_behind = drop_behind and hasattr(os, "posix_fadvise")
+        self._behind: dict[int, list[int]] = {}  # fd -> [lowest, highest] offset not dropped
+        self._dirty: set[int] = set()  # destinations written since the last drop
+        self._since = 0
         # the ways, in the order tried: kernel copy first, or splice first for
         # copies that cannot share blocks where the policy says it is faster
         self._methods = (self._copy_file_range, self._splice, self._pread)
@@ -86,8 +101,13 @@ class CopyEngine:
     def __enter__(self) -> CopyEngine:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        try:
+            if exc_type is None and self._behind:
+                self.drop()  # the last window (an error ends the copy: nothing to keep clean)
+        finally:
+            self._behind.clear()
+            self.close()
 
     def close(self) -> None:
         """Release the pipe, if any."""
@@ -143,11 +163,45 @@ class CopyEngine:
         while done < length:
             step = next(m for m in order if m.__name__[1:] not in self.unsupported)
             self.method = step.__name__[1:]
+            # with drop_behind, at most a window per call, so ranges leave the cache as we go
+            size = min(length - done, DROP_WINDOW) if self.drop_behind else length - done
             try:
-                done += step(src, src_off + done, dst, dst_off + done, length - done, what)
+                n = step(src, src_off + done, dst, dst_off + done, size, what)
             except _Unsupported as e:
-                done += e.copied
+                n = e.copied
                 self.unsupported.add(self.method)
+            if self.drop_behind and n:
+                self._behind_of(src, src_off + done, n)
+                self._behind_of(dst, dst_off + done, n)
+                self._dirty.add(dst)
+                self._since += n
+                if self._since >= DROP_WINDOW:
+                    self.drop()
+            done += n
+
+    def _behind_of(self, fd: int, offset: int, n: int) -> None:
+        span = self._behind.setdefault(fd, [offset, offset + n])
+        span[0], span[1] = min(span[0], offset), max(span[1], offset + n)
+
+    def drop(self) -> None:
+        """Drop the copied ranges from the page cache, the destinations' written first.
+
+        Raises:
+            OSError: writing a destination to the disk failed (an I/O error).
+        """
+        for fd in self._dirty:
+            try:
+                os.fdatasync(fd)  # dirty pages cannot be dropped: write them first
+            except OSError as e:
+                if e.errno not in UNSUPPORTED:
+                    raise
+        # from the first byte copied, not the last window's: a large folio of the page
+        # cache that straddles two windows is dropped once both are done
+        for fd, (low, high) in self._behind.items():
+            with contextlib.suppress(OSError):  # advice: a filesystem may ignore it
+                os.posix_fadvise(fd, low, high - low, os.POSIX_FADV_DONTNEED)
+        self._dirty.clear()
+        self._since = 0
 
     def _check_eof(self, n: int, what: object) -> None:
         if n == 0:

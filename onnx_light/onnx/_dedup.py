@@ -149,6 +149,7 @@ def deduplicate_external_data(
     remove_unreferenced: bool = False,
     chunk_size: int = 4 * 1024 * 1024,
     durable: bool = False,
+    drop_behind: bool = False,
 ) -> DedupResult:
     """Write models that all reference one weights file, each distinct byte string stored once.
 
@@ -190,6 +191,8 @@ def deduplicate_external_data(
         chunk_size: bytes per copy system call.
         durable: flush the new files and their folder to the disk before
             returning, even into a new folder (in place, always done).
+        drop_behind: drop the copied ranges from the page cache as the copy
+            goes, as in :func:`~onnx_light.onnx.align_external_data_streaming`.
 
     Returns:
         A :class:`DedupResult`: bytes before and written, the groups of
@@ -266,7 +269,7 @@ def deduplicate_external_data(
         transposed = find_transposed(items, classes[: len(items)], names, files)
         with AtomicFiles(durable=durable) as out:
             out.reserve([*weights.outputs, *dsts])
-            written = weights.write(out, files, 1, chunk_size, report.writing())
+            written = weights.write(out, files, 1, chunk_size, report.writing(), drop_behind)
             for i, (location, offset) in zip(to_write, weights.placement, strict=True):
                 it = items[i]
                 place(it.site.tensor, location, offset, it.size, it.entries)

@@ -95,6 +95,7 @@ class WeightsFiles:
         threads: int,
         chunk_size: int = 4 * 1024 * 1024,
         progress: Callable[[int, int], None] | None = None,
+        drop_behind: bool = False,
     ) -> int:
         """Write every file (as temporary files of ``out``); none when there is no item.
 
@@ -114,7 +115,9 @@ class WeightsFiles:
             if progress is not None:
                 part = _shifted(progress, before, whole)
             fd = out.create(path)
-            size += write_weights(fd, members, shard.layout, files, threads, chunk_size, part)
+            size += write_weights(
+                fd, members, shard.layout, files, threads, chunk_size, part, drop_behind
+            )
             out.finish(fd)  # one descriptor at a time, however many shards
             before += sum(members[k].size for k in shard.layout.unique)
         return size

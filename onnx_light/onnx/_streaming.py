@@ -28,6 +28,7 @@ def align_external_data_streaming(
     shard_naming: str = "onnx-ir",
     remove_unreferenced: bool = False,
     durable: bool = False,
+    drop_behind: bool = False,
 ) -> AlignResult:
     """Rewrite a model with every external tensor at an aligned offset, streaming its bytes.
 
@@ -92,6 +93,11 @@ def align_external_data_streaming(
             them. Always done when the call replaces existing files (in
             place); for new files it costs the time to write them to the disk
             (see the security page).
+        drop_behind: drop the copied ranges of the source and destination
+            files from the page cache as the copy goes (the destination's
+            written to the disk first): re-aligning a model larger than the
+            memory then leaves the rest of the page cache alone, at the cost
+            of writing to the disk during the call.
 
     Returns:
         An :class:`AlignResult`: an int, the number of bytes of the
@@ -141,6 +147,7 @@ def align_external_data_streaming(
         shard_naming=shard_naming,
         remove_unreferenced=remove_unreferenced,
         durable=durable,
+        drop_behind=drop_behind,
     )
 
 

@@ -108,6 +108,7 @@ def write_weights(
     threads: int,
     chunk_size: int = 4 * 1024 * 1024,
     progress: Callable[[int, int], None] | None = None,
+    drop_behind: bool = False,
 ) -> int:
     """Write every item at its planned offset into the open file ``fd``.
 
@@ -122,6 +123,8 @@ def write_weights(
         threads: writers for in-memory tensors.
         chunk_size: bytes per copy system call.
         progress: optional ``progress(done_bytes, total_bytes)``.
+        drop_behind: drop the copied ranges from the page cache as they are
+            copied (see :class:`~._copy.CopyEngine`).
 
     Returns:
         The size of the file.
@@ -137,7 +140,7 @@ def write_weights(
     policy = copy_policy(fd)
     _preallocate(fd, layout.total, file_runs, memory, policy)
     scratch = None
-    with CopyEngine(chunk_size, progress, total, policy) as engine:
+    with CopyEngine(chunk_size, progress, total, policy, drop_behind) as engine:
         for group in groups(file_runs, policy, chunk_size):
             with files.lease(group[0].source) as src:
                 if len(group) == 1:

@@ -1,0 +1,92 @@
+"""drop_behind: a copy leaves the page cache as it was, and the bytes as they should be.
+
+The window between two drops is lowered to 1 MiB so a 24 MiB model crosses
+many; residency is read with util-linux's ``fincore`` (``mincore(2)``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+from conftest import read_back, save_two_file
+
+import onnx_light.onnx as onnxl
+import onnx_light.onnx._copy as copy_module
+from onnx_light.bench import make_gemm_model
+
+MiB = 2**20
+
+
+def resident(path) -> int:
+    """Bytes of ``path`` in the page cache."""
+    out = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(out.stdout.split()[0])
+
+
+@pytest.fixture
+def model(tmp_path, monkeypatch):
+    monkeypatch.setattr(copy_module, "DROP_WINDOW", MiB)
+    (tmp_path / "src").mkdir()
+    save_two_file(make_gemm_model(6, 1024), tmp_path / "src" / "m.onnx")  # 24 MiB
+    os.sync()  # a model on disk for a while: its pages clean (dirty ones cannot be dropped)
+    return tmp_path / "src" / "m.onnx"
+
+
+def _warm(path) -> None:
+    with open(path, "rb") as f:
+        while f.read(8 * MiB):
+            pass
+
+
+@pytest.mark.skipif(shutil.which("fincore") is None, reason="fincore (util-linux) is missing")
+@pytest.mark.parametrize("dedup", [False, True], ids=["align", "dedup"])
+def test_drop_behind_leaves_neither_file_in_the_page_cache(model, tmp_path, dedup):
+    data = str(model) + ".data"
+    expected = read_back(model)
+    results = {}
+    for drop in (False, True):
+        out = tmp_path / f"out-{drop}"
+        out.mkdir()
+        _warm(data)
+        assert resident(data) > 20 * MiB  # the source sits in the cache
+        if dedup:
+            onnxl.deduplicate_external_data(
+                [model], [out / "m.onnx"], "m.onnx.data", drop_behind=drop
+            )
+        else:
+            onnxl.align_external_data_streaming(model, out / "m.onnx", drop_behind=drop)
+        results[drop] = (resident(data), resident(out / "m.onnx.data"))
+        assert read_back(out / "m.onnx") == expected
+    kept_src, kept_dst = results[False]
+    dropped_src, dropped_dst = results[True]
+    assert kept_dst > 20 * MiB and kept_src > 20 * MiB  # without it, both stay cached
+    assert dropped_dst < 2 * MiB and dropped_src < 2 * MiB  # with it, neither does
+
+
+def test_drop_behind_gives_the_same_bytes_with_every_copy_method(model, tmp_path, monkeypatch):
+    expected = read_back(model)
+    for method in ("copy_file_range", "splice", "pread"):
+        out = tmp_path / method
+        out.mkdir()
+        with monkeypatch.context() as m:
+            for other in {"copy_file_range", "splice"} - {method}:
+                m.delattr(os, other, raising=False)
+            onnxl.align_external_data_streaming(model, out / "m.onnx", drop_behind=True)
+        assert read_back(out / "m.onnx") == expected, method
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    onnxl.align_external_data_streaming(model, plain / "m.onnx")
+    for method in ("copy_file_range", "splice", "pread"):
+        with (
+            open(plain / "m.onnx.data", "rb") as a,
+            open(tmp_path / method / "m.onnx.data", "rb") as b,
+        ):
+            assert a.read() == b.read(), method
