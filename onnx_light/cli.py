@@ -135,6 +135,8 @@ def cmd_align(args: argparse.Namespace) -> int:
             inline_below=args.inline_below,
             shard_naming=args.shard_naming,
             remove_unreferenced=args.prune,
+            durable=args.durable,
+            drop_behind=args.drop_behind,
         )
     finally:
         if progress is not None:
@@ -223,6 +225,8 @@ def cmd_dedup(args: argparse.Namespace) -> int:
             reuse=args.reuse,
             remove_unreferenced=args.prune,
             chunk_size=args.chunk_size,
+            durable=args.durable,
+            drop_behind=args.drop_behind,
         )
     finally:
         if progress is not None:
@@ -596,6 +600,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="in place: delete the weights files the old model used and no .onnx of the "
         "folder references any more (listed either way)",
     )
+    p.add_argument(
+        "--durable",
+        action="store_true",
+        help="flush the new files and their folder to the disk before returning (fsync), "
+        "even into a new folder; in place (replacing files) it is always done",
+    )
+    p.add_argument(
+        "--drop-behind",
+        action="store_true",
+        help="drop the copied ranges from the page cache as the copy goes (written to disk "
+        "first): a model larger than the memory leaves the rest of the cache alone",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
     p.set_defaults(func=cmd_align)
 
@@ -676,6 +692,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="in place: delete the weights files the old models used and no .onnx of the "
         "folder references any more (listed either way)",
+    )
+    p.add_argument(
+        "--durable",
+        action="store_true",
+        help="flush the new files and their folder to the disk before returning (fsync), "
+        "even into a new folder; in place (replacing files) it is always done",
+    )
+    p.add_argument(
+        "--drop-behind",
+        action="store_true",
+        help="drop the copied ranges from the page cache as the copy goes (written to disk "
+        "first): a model larger than the memory leaves the rest of the cache alone",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
     p.set_defaults(func=cmd_dedup)

@@ -90,3 +90,15 @@ def test_drop_behind_gives_the_same_bytes_with_every_copy_method(model, tmp_path
             open(tmp_path / method / "m.onnx.data", "rb") as b,
         ):
             assert a.read() == b.read(), method
+
+
+@pytest.mark.skipif(shutil.which("fincore") is None, reason="fincore (util-linux) is missing")
+def test_the_command_line_flag_drops_behind(model, tmp_path):
+    from onnx_light.cli import main
+
+    (tmp_path / "out").mkdir()
+    _warm(str(model) + ".data")
+    assert main(["align", str(model), str(tmp_path / "out" / "m.onnx"), "--drop-behind", "-q"]) == 0
+    assert resident(str(model) + ".data") < 2 * MiB
+    assert resident(tmp_path / "out" / "m.onnx.data") < 2 * MiB
+    assert read_back(tmp_path / "out" / "m.onnx") == read_back(model)

@@ -139,3 +139,15 @@ def test_save_and_dedup_follow_the_same_order(tmp_path):
     )
     _check_order(dedup, str((tmp_path / "m").resolve()))
     assert read_back(src) == expected
+
+
+def test_the_command_line_flag_makes_a_new_folder_durable(tmp_path):
+    expected = _model(tmp_path / "m")
+    (tmp_path / "out").mkdir()
+    src, dst = tmp_path / "m" / "m.onnx", tmp_path / "out" / "m.onnx"
+    code = (
+        "import sys\nfrom onnx_light.cli import main\n"
+        f"sys.exit(main(['align', {str(src)!r}, {str(dst)!r}, '--durable', '-q']))\n"
+    )
+    _check_order(_trace(tmp_path, code), str((tmp_path / "out").resolve()))
+    assert read_back(dst) == expected
