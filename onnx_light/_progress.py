@@ -16,10 +16,31 @@ def human(n: int) -> str:
     return f"{size:.1f} TiB"  # pragma: no cover
 
 
+def rate(nbytes: int, seconds: float) -> str:
+    """Throughput: ``"412.3 MiB/s"`` (``"-"`` for no time)."""
+    if seconds <= 0:
+        return "-"
+    return f"{human(int(nbytes / seconds))}/s"
+
+
+def duration(seconds: float) -> str:
+    """``75`` -> ``"1 min 15 s"``."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
 class Progress:
     """A ``progress(done, total)`` callback drawing a bar on stderr.
 
-    Uses tqdm when it is installed, else a one-line text bar redrawn in place.
+    Uses tqdm when it is installed, else a one-line text bar redrawn in place,
+    which shows the bytes done and, once the copy has run for a second, its
+    throughput and the time left.
 
     Args:
         label: shown before the bar.
@@ -30,6 +51,7 @@ class Progress:
         self.bar = None
         self.last = 0
         self.drawn = -1.0
+        self.start: float | None = None
         try:
             import tqdm
         except ImportError:
@@ -53,12 +75,19 @@ class Progress:
             self.last = done
             return
         now = time.monotonic()
+        if self.start is None:
+            self.start = now
         if done < total and now - self.drawn < 0.1:
             return
         self.drawn = now
         frac = done / total if total else 1.0
         bar = "#" * int(frac * 30)
-        sys.stderr.write(f"\r{self.label} [{bar:<30}] {frac:4.0%} {human(done)}/{human(total)}")
+        line = f"\r{self.label} [{bar:<30}] {frac:4.0%} {human(done)}/{human(total)}"
+        elapsed = now - self.start
+        if elapsed >= 1.0 and done:
+            left = (total - done) * elapsed / done
+            line += f", {rate(done, elapsed)}, {duration(left)} left"
+        sys.stderr.write(line + "\x1b[K")  # the end of a longer line drawn before cleared
         sys.stderr.flush()
         self.last = done
 

@@ -28,7 +28,7 @@ import time
 
 import onnx_light
 from onnx_light._inspect import model_info, shared_across, transposed_pairs, verify_models
-from onnx_light._progress import Progress, human
+from onnx_light._progress import Progress, human, rate
 from onnx_light.onnx import (
     AlignResult,
     DedupResult,
@@ -168,7 +168,8 @@ def _align_summary(args: argparse.Namespace, result: AlignResult, elapsed: float
     typed = f" ({result.typed} from typed fields such as float_data)" if result.typed else ""
     lines = [
         f"{note}wrote {result.size} bytes ({human(result.size)}) for {result.moved} tensors"
-        f"{typed} to {where} {_aligned(args.alignment)} in {elapsed:.2f} s"
+        f"{typed} to {where} {_aligned(args.alignment)} in {elapsed:.2f} s "
+        f"({rate(result.size, elapsed)})"
     ]
     return "\n".join(lines + _more(result, args))
 
@@ -279,7 +280,8 @@ def _dedup_summary(
             "--alignment 0 packs the tensors densely)"
         )
     lines = [
-        f"deduplicated {models} {plural} in {elapsed:.2f} s: {human(before)} of tensors -> "
+        f"deduplicated {models} {plural} in {elapsed:.2f} s ({rate(before, elapsed)} of tensors "
+        f"read): {human(before)} of tensors -> "
         f"{human(result.bytes_written)} written + {human(result.bytes_reused)} reused, {gain}"
     ]
     shared = sum(len(g) for g in result.groups)

@@ -1,0 +1,33 @@
+"""The command line's progress bar: bytes done, then throughput and time left."""
+
+from __future__ import annotations
+
+import onnx_light._progress as progress_module
+from onnx_light._progress import Progress, duration, rate
+
+MiB = 2**20
+
+
+def test_text_bar_shows_throughput_and_time_left_after_a_second(monkeypatch, capsys):
+    clock = [100.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    bar = Progress("align m.onnx")
+    bar.tqdm = None  # the text bar, whether tqdm is installed or not
+    bar(0, 400 * MiB)
+    clock[0] += 0.5
+    bar(50 * MiB, 400 * MiB)
+    early = capsys.readouterr().err
+    assert "50.0 MiB/400.0 MiB" in early and "left" not in early  # under a second: no rate
+    clock[0] += 1.5  # 2 s for 100 MiB: 50 MiB/s, 300 MiB left: 6 s
+    bar(100 * MiB, 400 * MiB)
+    line = capsys.readouterr().err
+    assert "100.0 MiB/400.0 MiB, 50.0 MiB/s, 6 s left" in line
+    bar.close()
+
+
+def test_rate_and_duration_read_well():
+    assert rate(3 * MiB, 2.0) == "1.5 MiB/s"
+    assert rate(10, 0) == "-"
+    assert duration(5.4) == "5 s"
+    assert duration(75) == "1 min 15 s"
+    assert duration(3 * 3600 + 120) == "3 h 02 min"
