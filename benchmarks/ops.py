@@ -3,7 +3,8 @@
 ``OPS[name](paths, out)`` does the set-up that is not measured (e.g. loading
 the model a save starts from) and returns a :class:`Case`: ``run()`` is the
 measured operation; ``outputs`` are the files it writes (their sizes are the
-"bytes written"); ``cleanup()`` removes what it wrote outside ``out``.
+"bytes written", unless ``nbytes`` says otherwise); ``cleanup()`` removes what it
+wrote outside ``out``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,7 +21,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import onnxruntime as ort
-from sources import ALIGNMENT, DATA, MODEL, Paths
+from onnx_ir.passes.common import DeduplicateInitializersPass
+from sources import ALIGNMENT, DATA, MODEL, NEW_EVERY, Paths
 
 import onnx_light.onnx as onnxl
 
@@ -30,6 +34,7 @@ class Case:
     run: Callable[[], object]
     outputs: list[str] = field(default_factory=list)
     cleanup: Callable[[], None] | None = None
+    nbytes: int | None = None  # the "bytes" figure when it is not the outputs' sizes
 
 
 def _options() -> onnxl.SerializeOptions:
@@ -313,6 +318,98 @@ def ort_single(p: Paths, out: str) -> Case:
     return Case(lambda: _session(p.single))
 
 
+DEDUP_WEIGHTS = "weights.data"
+
+
+def _dedup(p: Paths, out: str, kind: str) -> Case:
+    dsts = [os.path.join(out, os.path.basename(m)) for m in p.models(kind)]
+    return Case(
+        lambda: onnxl.deduplicate_external_data(p.models(kind), dsts, DEDUP_WEIGHTS),
+        [*dsts, os.path.join(out, DEDUP_WEIGHTS)],
+    )
+
+
+def dedup(p: Paths, out: str) -> Case:
+    """onnx-light: ``deduplicate_external_data`` of the pair into a new folder (one
+    weights file, each distinct byte string once, aligned to 4096)."""
+    return _dedup(p, out, "pair")
+
+
+def dedup_many(p: Paths, out: str) -> Case:
+    """onnx-light: the same of the twins pair, 200,000 tensors of 64 bytes in all."""
+    return _dedup(p, out, "twins")
+
+
+def dedup_quarter(p: Paths, out: str) -> Case:
+    """onnx-light: the same of a quarter as many (50,000): time must scale linearly."""
+    return _dedup(p, out, "twinsq")
+
+
+def cat_both(p: Paths, out: str) -> Case:
+    """The floor of any deduplication: ``cat`` of both weights files to ``/dev/null``
+    (the kernel's read of every byte once, 128 KiB at a time). Its "bytes" are the
+    bytes it read: the naive total, both models' weights."""
+    datas = p.datas("pair")
+
+    def run():
+        with open(os.devnull, "wb") as null:
+            subprocess.run(["cat", *datas], stdout=null, check=True)
+
+    return Case(run, nbytes=sum(os.path.getsize(d) for d in datas))
+
+
+def cat_copy(p: Paths, out: str) -> Case:
+    """The floor of a deduplication that writes its output: ``cat`` of both weights
+    files to ``/dev/null``, then a kernel copy (``copy_file_range``) of as many bytes
+    as it writes: all of ``a``'s and 1/8 of ``b``'s (9/16 of the naive total)."""
+    datas = p.datas("pair")
+    dst = os.path.join(out, DEDUP_WEIGHTS)
+    sizes = [os.path.getsize(d) for d in datas]
+
+    def run():
+        with open(os.devnull, "wb") as null:
+            subprocess.run(["cat", *datas], stdout=null, check=True)
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            done = 0
+            for src, count in zip(datas, (sizes[0], sizes[1] // NEW_EVERY), strict=True):
+                with open(src, "rb") as f:
+                    left, off = count, 0
+                    while left:
+                        n = os.copy_file_range(f.fileno(), fd, left, off, done)
+                        if n == 0:
+                            raise OSError(f"{src}: ended early")
+                        left, off, done = left - n, off + n, done + n
+        finally:
+            os.close(fd)
+
+    return Case(run, [dst])
+
+
+def ir_dedup(p: Paths, out: str) -> Case:
+    """onnx-ir: for each model of the pair, ``ir.load``, ``DeduplicateInitializersPass``
+    with its size limit raised so it looks at every tensor, ``ir.save`` with external
+    data (alignment 4096, its own weights file). The pass works within one model: it
+    cannot share the bytes the two models have in common."""
+    dsts = [os.path.join(out, os.path.basename(m)) for m in p.models("pair")]
+
+    def run():
+        for src, dst in zip(p.models("pair"), dsts, strict=True):
+            model = ir.load(src)
+            DeduplicateInitializersPass(size_limit=sys.maxsize)(model)
+            ir.save(
+                model,
+                dst,
+                external_data=os.path.basename(dst) + ".data",
+                size_threshold_bytes=1024,
+                alignment=ALIGNMENT,
+                align_threshold=0,
+            )
+            del model
+
+    return Case(run, [f for d in dsts for f in (d, d + ".data")])
+
+
 OPS: dict[str, Callable[[Paths, str], Case]] = {
     f.__name__: f
     for f in (
@@ -344,5 +441,11 @@ OPS: dict[str, Callable[[Paths, str], Case]] = {
         onnx_load_forest,
         align_single,
         ir_align_single,
+        dedup,
+        dedup_many,
+        dedup_quarter,
+        cat_both,
+        cat_copy,
+        ir_dedup,
     )
 }

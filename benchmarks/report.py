@@ -155,6 +155,7 @@ def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
                     "ratio_raw": ratio,
                     "rounds": len(pairs),
                     "passed": passed,
+                    "note": row.note or "",
                     **extra,
                 }
             )
@@ -186,12 +187,20 @@ def markdown(
             if r["result"] in ("FAIL", "ERROR"):
                 cells[-1] = f"**{cells[-1]}**"
             lines.append("| " + " | ".join(cells) + " |")
+        notes = dict.fromkeys(
+            f"- {r['operation']} against {r['reference']}: {r['note']}."
+            for r in mine
+            if r.get("note")
+        )
+        if notes:
+            lines += ["", "Notes:", "", *notes]
     return "\n".join(lines + ["", footer, ""])
 
 
 def write_csv(results: list[dict], path: str) -> None:
     keys = COLUMNS + ["fs", "op", "ref_op", "fig", "kind", "target_raw", "value_raw", "ref_raw"]
     keys += ["ratio_raw", "rounds", "value_min", "ref_min", "values", "ref_values", "others_cpu"]
+    keys += ["note"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, keys, extrasaction="ignore")
         w.writeheader()

@@ -72,9 +72,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"unknown group(s) {unknown}; known: {list(GROUPS)}")
     args.groups = groups
     if args.smoke:
-        args.sizes_of = {"two": ["2MiB"], "large": [], "single": ["2MiB"]}
+        args.sizes_of = {"two": ["2MiB"], "large": [], "single": ["2MiB"], "pair": ["2MiB"]}
     else:
-        args.sizes_of = {"two": ["96MiB", "1GiB"], "large": ["4GiB"], "single": ["1GiB"]}
+        args.sizes_of = {
+            "two": ["96MiB", "1GiB"],
+            "large": ["4GiB"],
+            "single": ["1GiB"],
+            "pair": ["1GiB"],
+        }
     if args.sizes:
         keep = args.sizes.split(",")
         args.sizes_of = {k: [s for s in v if s in keep] for k, v in args.sizes_of.items()}
@@ -198,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     workdir = args.workdir or tempfile.mkdtemp(prefix="onnx-light-bench-", dir="/tmp")
     workdir = os.path.abspath(workdir)
+    os.makedirs(workdir, exist_ok=True)
     load_before = os.getloadavg()
     headings = {None: f"{_fs_name(workdir)} (the work dir, {workdir})"}
     try:
@@ -210,8 +216,11 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 log(held)
             log(f"sources in {workdir}")
-            two = args.sizes_of["two"] + args.sizes_of["large"]
-            sources.ensure(workdir, two, args.sizes_of["single"], log)
+            # only the sources the selected groups read
+            used = {GROUPS[g][1] for g in args.groups}
+            need = {k: v if k in used else [] for k, v in args.sizes_of.items()}
+            two = need["two"] + need["large"]
+            sources.ensure(workdir, two, need["single"], log, pair=need["pair"])
             todo = [(size, workdir, size, ops) for size, ops in main_plan]
             for fs in args.filesystems if other_plan else []:
                 root = _mount(stack, fs, workdir, args, headings)

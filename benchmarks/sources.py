@@ -9,6 +9,11 @@ Layout of the work dir, for each size name ``S``::
     forest-S/model.onnx                    a tree ensemble, metadata only (single-file sizes)
     many-S/model.onnx (+ .data)            200,000 tensors of 64 bytes (single-file sizes)
     quarter-S/model.onnx (+ .data)         a quarter as many
+    pair-S/a.onnx, b.onnx (+ .data each)   two Gemm models (an 8000-byte table first)
+                                           sharing 7/8 of their weights (pair sizes)
+    twins-S/a.onnx, b.onnx (+ .data each)  200,000 tensors of 64 bytes in all, many
+                                           twins within and across the two (pair sizes)
+    twinsq-S/a.onnx, b.onnx (+ .data each) a quarter as many
     out/                                   scratch space of the workers
 
 ``manifest.json`` records what was written; a later run with the same
@@ -41,7 +46,12 @@ FOREST_DEFAULT = 500_000
 MANY_TENSORS = {"tiny": 2_000, "2MiB": 8_000}
 MANY_DEFAULT = 200_000
 LEAD_TABLE = 8000  # bytes of the int64 table before the weights of the two-file sources
-KINDS = ("two", "single", "aligned", "forest", "many", "quarter")
+SINGLE_KINDS = ("single", "aligned", "forest", "many", "quarter")
+# the dedup sources (issue 19): pairs of models, written at the "pair" sizes
+PAIR_KINDS = ("pair", "twins", "twinsq")
+KINDS = ("two", *SINGLE_KINDS, *PAIR_KINDS)
+NEW_EVERY = 8  # b.onnx of a pair: weights (and biases) 0, 8, 16... differ from a.onnx's
+TWIN_POOL = 8  # the twins pairs: n / 8 distinct byte strings for n tensors
 ALIGNMENT = 4096
 MODEL = "model.onnx"
 DATA = "model.onnx.data"
@@ -86,6 +96,19 @@ class Paths:
     def quarter(self) -> str:
         return os.path.join(self.root, f"quarter-{self.size}", MODEL)
 
+    def models(self, kind: str) -> list[str]:
+        """``[a.onnx, b.onnx]`` of a pair kind (among :data:`PAIR_KINDS`)."""
+        folder = os.path.join(self.root, f"{kind}-{self.size}")
+        return [os.path.join(folder, "a.onnx"), os.path.join(folder, "b.onnx")]
+
+    def target(self, kind: str) -> str:
+        """The model file of a kind (a pair's ``b.onnx``, written last)."""
+        return self.models(kind)[1] if kind in PAIR_KINDS else getattr(self, kind)
+
+    def datas(self, kind: str) -> list[str]:
+        """The two weights files of a pair kind."""
+        return [m + ".data" for m in self.models(kind)]
+
     @property
     def out(self) -> str:
         return os.path.join(self.root, "out")
@@ -94,7 +117,7 @@ class Paths:
         """Every existing file of the given kinds (among :data:`KINDS`)."""
         out = []
         for kind in kinds:
-            folder = os.path.dirname(getattr(self, kind))
+            folder = os.path.dirname(self.target(kind))
             if os.path.isdir(folder):
                 out += [os.path.join(folder, f) for f in sorted(os.listdir(folder))]
         return [f for f in out if os.path.isfile(f)]
@@ -107,7 +130,7 @@ def _write(paths: Paths, kind: str, log) -> None:
     from onnx_light.bench import make_gemm_model
 
     n, dim = SIZES[paths.size]
-    target = getattr(paths, kind)
+    target = paths.target(kind)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     t0 = time.perf_counter()
     if kind == "aligned":
@@ -116,6 +139,10 @@ def _write(paths: Paths, kind: str, log) -> None:
         from onnx_light.bench import make_forest_model
 
         onnx.save(make_forest_model(_forest_nodes(paths.size)), target)
+    elif kind == "pair":
+        _write_pair(paths.models(kind), n, dim)
+    elif kind in ("twins", "twinsq"):
+        _write_twins(paths.models(kind), _spec(paths.size, kind)[0])
     elif kind in ("many", "quarter"):
         from onnx_light.bench import make_many_tensors_model
 
@@ -130,6 +157,85 @@ def _write(paths: Paths, kind: str, log) -> None:
     log(f"  wrote {kind}-{paths.size} in {time.perf_counter() - t0:.1f} s")
 
 
+def _external(t, location: str, offset: int, length: int) -> None:
+    t.data_location = 1  # TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        entry = t.external_data.add()
+        entry.key, entry.value = key, value
+
+
+def _write_pair(models: list[str], n: int, dim: int) -> None:
+    """Two two-file Gemm models sharing 7/8 of their weights, written tensor by tensor.
+
+    ``a.onnx`` is ``make_gemm_model(n, dim)`` with an 8000-byte table first
+    (dense, as ``onnx.save`` writes: no weight on a page); ``b.onnx`` is the
+    same but weights and biases 0, 8, 16... (1 out of :data:`NEW_EVERY`),
+    which get new random values. Both data files have one layout. Only the
+    one model is in memory: each tensor is written to both files, then its
+    ``raw_data`` dropped.
+    """
+    import numpy as np
+    import onnx
+
+    from onnx_light.bench import make_gemm_model
+
+    model = make_gemm_model(n, dim, lead_table=LEAD_TABLE)
+    rng = np.random.default_rng(19)
+    a_loc, b_loc = (os.path.basename(m) + ".data" for m in models)
+    changed = {f"{w}{i}" for i in range(0, n, NEW_EVERY) for w in "WB"}
+    offset = 0
+    with open(models[0] + ".data", "wb") as fa, open(models[1] + ".data", "wb") as fb:
+        for t in model.graph.initializer:
+            data = t.raw_data
+            fa.write(data)
+            if t.name in changed:
+                fb.write(rng.standard_normal(len(data) // 4, dtype=np.float32).tobytes())
+            else:
+                fb.write(data)
+            del data
+            t.ClearField("raw_data")
+            _external(t, a_loc, offset, fa.tell() - offset)
+            offset = fa.tell()
+    onnx.save(model, models[0])
+    for t in model.graph.initializer:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = b_loc
+    onnx.save(model, models[1])
+
+
+def _write_twins(models: list[str], n_tensors: int) -> None:
+    """Two models of ``n_tensors // 2`` float32 tensors of 16 values each (64 bytes).
+
+    Every tensor's bytes are one of ``n_tensors // TWIN_POOL`` random strings
+    (picked at random): each string is held by about :data:`TWIN_POOL`
+    tensors, within and across the two models. A 100-byte table comes first in
+    each data file, so no tensor starts on a page; the references are set by
+    hand, as :func:`onnx_light.bench.make_many_tensors_model` does.
+    """
+    import numpy as np
+    from onnx import TensorProto, helper, save
+
+    rng = np.random.default_rng(19)
+    size, lead = 64, 100
+    pool = rng.standard_normal((max(1, n_tensors // TWIN_POOL), size // 4), dtype=np.float32)
+    for m, model_path in enumerate(models):
+        count = n_tensors // 2
+        picks = pool[rng.integers(0, len(pool), count)]
+        location = os.path.basename(model_path) + ".data"
+        inits = []
+        for i in range(count):
+            t = TensorProto(name=f"m{m}_t{i}", data_type=TensorProto.FLOAT, dims=[16])
+            _external(t, location, lead + i * size, size)
+            inits.append(t)
+        out = helper.make_tensor_value_info(inits[0].name, TensorProto.FLOAT, [16])
+        graph = helper.make_graph([], "twins", [], [out], inits)
+        with open(model_path + ".data", "wb") as f:
+            f.write(bytes(lead))
+            f.write(picks.tobytes())
+        save(helper.make_model(graph), model_path)
+
+
 def _forest_nodes(size: str) -> int:
     return FOREST_NODES.get(size, FOREST_DEFAULT)
 
@@ -137,15 +243,20 @@ def _forest_nodes(size: str) -> int:
 def _spec(size: str, kind: str) -> list:
     if kind == "forest":
         return [_forest_nodes(size)]
-    if kind in ("many", "quarter"):
+    if kind in ("many", "quarter", "twins", "twinsq"):
         n = MANY_TENSORS.get(size, MANY_DEFAULT)
-        return [n if kind == "many" else n // 4]
+        spec = [n if kind in ("many", "twins") else n // 4]
+        return spec + [TWIN_POOL] if kind.startswith("twins") else spec
+    if kind == "pair":
+        return [*SIZES[size], LEAD_TABLE, NEW_EVERY]
     if kind in ("two", "aligned"):
         return [*SIZES[size], LEAD_TABLE]
     return list(SIZES[size])
 
 
-def ensure(root: str, two_file: list[str], single_file: list[str], log=print) -> None:
+def ensure(
+    root: str, two_file: list[str], single_file: list[str], log=print, pair: list[str] = ()
+) -> None:
     """Write the sources missing from ``root`` (two-file, single-file and aligned models).
 
     Args:
@@ -155,6 +266,7 @@ def ensure(root: str, two_file: list[str], single_file: list[str], log=print) ->
             two-file one (made from the two-file model of the same size), a
             tree ensemble and the many-tensor models.
         log: where progress lines go.
+        pair: size names needing the dedup sources (:data:`PAIR_KINDS`).
     """
     os.makedirs(os.path.join(root, "out"), exist_ok=True)
     manifest_path = os.path.join(root, "manifest.json")
@@ -163,13 +275,14 @@ def ensure(root: str, two_file: list[str], single_file: list[str], log=print) ->
         with open(manifest_path) as f:
             manifest = json.load(f)
     wanted = [(s, "two") for s in set(two_file) | set(single_file) | {"tiny"}]
-    wanted += [(s, k) for s in set(single_file) | {"tiny"} for k in KINDS[1:]]
+    wanted += [(s, k) for s in set(single_file) | {"tiny"} for k in SINGLE_KINDS]
+    wanted += [(s, k) for s in set(pair) | ({"tiny"} if pair else set()) for k in PAIR_KINDS]
     wanted.sort(key=lambda sk: (SIZES[sk[0]][0] * SIZES[sk[0]][1] ** 2, sk[1] == "aligned"))
     wrote = False
     for size, kind in wanted:
         key = f"{kind}-{size}"
         paths = Paths(root, size)
-        if manifest.get(key) == _spec(size, kind) and os.path.exists(getattr(paths, kind)):
+        if manifest.get(key) == _spec(size, kind) and os.path.exists(paths.target(kind)):
             continue
         _write(paths, kind, log)
         manifest[key] = _spec(size, kind)

@@ -14,7 +14,7 @@ Printed fields: ``seconds`` (wall), ``cpu`` (user + system seconds of the
 process), ``peak`` (peak RSS growth, bytes), ``exact`` (whether ``peak`` is the
 kernel's), ``anon`` / ``file`` (sampled peak growth of RssAnon / RssFile,
 bytes; null without ``--timeline``), ``samples``, ``bytes`` (sizes of the
-files written).
+files written, or what the operation says it handled: ``Case.nbytes``).
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ def _run_once(op: str, paths: Paths, timeline: bool) -> dict:
             result = case.run()
             cpu1 = os.times()
         written = sum(os.path.getsize(f) for f in case.outputs if os.path.exists(f))
+        if case.nbytes is not None:
+            written = case.nbytes
         del result
         return {
             "seconds": pm.seconds,
