@@ -31,3 +31,42 @@ def test_rate_and_duration_read_well():
     assert duration(5.4) == "5 s"
     assert duration(75) == "1 min 15 s"
     assert duration(3 * 3600 + 120) == "3 h 02 min"
+
+
+def test_info_on_a_100_gib_model_reads_only_its_metadata(tmp_path):
+    """A model whose weights file is 100 GiB (sparse: no disk used): info reads the
+    ``.onnx`` and the size of the data file, not its bytes."""
+    import subprocess
+    import sys
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    n, size = 100, 2**30  # 100 tensors of 1 GiB
+    inits = []
+    for i in range(n):
+        t = TensorProto(name=f"w{i}", data_type=TensorProto.FLOAT, dims=[size // 4])
+        t.data_location = TensorProto.EXTERNAL
+        for key, value in (
+            ("location", "m.data"),
+            ("offset", str(i * size)),
+            ("length", str(size)),
+        ):
+            entry = t.external_data.add()
+            entry.key, entry.value = key, value
+        inits.append(t)
+    graph = helper.make_graph([], "g", [], [], inits)
+    onnx.save(helper.make_model(graph), tmp_path / "m.onnx")
+    with open(tmp_path / "m.data", "wb") as f:
+        f.truncate(n * size)
+    code = (
+        "import sys\nfrom onnx_light.cli import main\n"
+        f"code = main(['info', {str(tmp_path / 'm.onnx')!r}])\n"
+        "io = dict(line.split(': ') for line in open('/proc/self/io').read().splitlines())\n"
+        "print('RCHAR', io['rchar'])\nsys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rchar = int(done.stdout.split("RCHAR")[-1])
+    assert rchar < 64 * 2**20, f"info read {rchar} bytes of a 100 GiB model"
+    assert "100.0 GiB" in done.stdout, done.stdout[-2000:]
