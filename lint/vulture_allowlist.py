@@ -13,3 +13,14 @@ onnxl.AlignResult.removed
 onnxl.ExternalDataError.reason  # for callers deciding on the kind of error
 PeakMemory.exact  # whether the peak is the kernel's own
 RssTimeline.growth_of
+
+import onnxruntime  # noqa: E402
+
+from onnx_light._inspect import verify_model  # noqa: E402
+
+verify_model  # one model's check, used by the tests (verify_models calls its body)
+onnxruntime.SessionOptions.log_severity_level  # set by examples: onnxruntime reads it
+onnxruntime.SessionOptions.intra_op_num_threads
+onnxruntime.SessionOptions.inter_op_num_threads
+onnxl.DedupResult.unreferenced  # read by callers after an in-place dedup
+onnxl.DedupResult.removed
