@@ -33,7 +33,7 @@ from .models import (
     model_inputs,
     weights_nbytes,
 )
-from .rounds import Rounds, Run, default_rounds, measure_rounds
+from .rounds import Rounds, Run, default_rounds, hold_free_pages, measure_rounds, prime, warm
 from .status import read_status
 from .timeline import RssTimeline, Sample
 
@@ -48,14 +48,17 @@ __all__ = [
     "default_rounds",
     "describe_machine",
     "evict",
+    "hold_free_pages",
     "make_forest_model",
     "make_gemm_model",
     "make_many_tensors_model",
     "measure_peak",
     "measure_rounds",
     "model_inputs",
+    "prime",
     "read_status",
     "release_free_memory",
     "summary_bars",
+    "warm",
     "weights_nbytes",
 ]
