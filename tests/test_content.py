@@ -1,0 +1,38 @@
+"""Content keys: equal bytes, and only equal bytes, share a class."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from onnx_light.onnx._content import CHUNK, SAMPLE, Blob, comparison_bound, content_classes
+from onnx_light.onnx._sources import SourceFiles
+
+
+@pytest.mark.parametrize("length", [1, 100, SAMPLE, SAMPLE + 1, 3 * SAMPLE, CHUNK, 2 * CHUNK + 7])
+def test_a_difference_anywhere_splits_and_equal_bytes_join(tmp_path, length):
+    rng = np.random.default_rng(length)
+    base = rng.integers(0, 256, length, dtype="uint8").tobytes()
+    changed = {}
+    for where in sorted({0, length // 2, length - 1, min(length - 1, SAMPLE + 3)}):
+        b = bytearray(base)
+        b[where] ^= 0xFF
+        changed[where] = bytes(b)
+    path = tmp_path / "data"
+    pieces = [base, base, *changed.values()]
+    with open(path, "wb") as f:
+        for p in pieces:
+            f.write(p)
+    with SourceFiles() as files:
+        source = files.data(str(tmp_path), (str(tmp_path.resolve()),), "data", "t")
+        blobs = [Blob(length, source, i * length) for i in range(len(pieces))]
+        blobs.append(Blob(length, data=base))  # the same bytes in memory
+        blobs.append(Blob(length, source, 0))  # the very same range again
+        classes = content_classes(blobs, files)
+    assert classes[0] == classes[1] == classes[-2] == classes[-1] == 0
+    others = classes[2 : 2 + len(changed)]
+    assert 0 not in others and len(set(others)) == len(others)
+    assert comparison_bound(blobs) >= 0
+    assert os.path.getsize(path) == length * len(pieces)
