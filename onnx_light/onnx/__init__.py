@@ -5,7 +5,7 @@ interoperates with onnx, onnxruntime and onnx-ir::
 
     import onnx_light.onnx as onnxl
 
-    model = onnxl.load("model.onnx", num_threads=4)
+    model = onnxl.load("model.onnx")
     opts = onnxl.SerializeOptions()
     opts.alignment = 4096
     onnxl.save(model, "aligned.onnx", location="aligned.onnx.data", options=opts)
