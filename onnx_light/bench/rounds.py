@@ -156,7 +156,7 @@ class Rounds:
 
     Attributes:
         runs: the runs in the order they were made.
-        held: what :func:`~onnx_light.bench.rounds.hold_free_pages` changed (None: nothing).
+        held: what :func:`~onnx_light.bench.hold_free_pages` changed (None: nothing).
     """
 
     runs: tuple[Run, ...]
