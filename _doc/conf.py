@@ -97,6 +97,7 @@ html_theme_options = {
 # Gallery pages hold 100-column code: give it the room of the left sidebar.
 html_sidebars = {
     "index": [],
+    "howto/*": [],  # recipes of up to 90 columns: read whole at 1280 px
     "benchmarks": [],
     "auto_examples/*/plot_*": [],
     "design/security": [],
