@@ -321,6 +321,104 @@ def ort_single(p: Paths, out: str) -> Case:
 DEDUP_WEIGHTS = "weights.data"
 
 
+# -- issue 20: cold, larger than memory, durable ---------------------------------
+
+
+def cp(p: Paths, out: str) -> Case:
+    """coreutils ``cp`` of the ``.data`` (``copy_file_range`` in the kernel)."""
+    dst = os.path.join(out, DATA)
+    return Case(lambda: subprocess.run(["cp", p.two_data, dst], check=True), [dst])
+
+
+def _light_align_with(src: str, out: str, **kwargs) -> Case:
+    dst = os.path.join(out, MODEL)
+    return Case(
+        lambda: onnxl.align_external_data_streaming(src, dst, DATA, ALIGNMENT, **kwargs),
+        [dst, os.path.join(out, DATA)],
+    )
+
+
+def align_drop(p: Paths, out: str) -> Case:
+    """onnx-light: the re-align with ``drop_behind=True``."""
+    return _light_align_with(p.two, out, drop_behind=True)
+
+
+def align_durable(p: Paths, out: str) -> Case:
+    """onnx-light: the re-align with ``durable=True`` (new folder)."""
+    return _light_align_with(p.two, out, durable=True)
+
+
+@contextlib.contextmanager
+def _readahead_hints(mode: str):
+    """The copy engine, patched to advise the kernel about the source before each range:
+    ``sequential`` (``POSIX_FADV_SEQUENTIAL`` on the whole source, once) or
+    ``willneed`` (``POSIX_FADV_WILLNEED`` on the range after the one being copied)."""
+    from onnx_light.onnx import _copy
+
+    original = _copy.CopyEngine.copy
+    advised: set[int] = set()
+
+    def copy(self, src, src_off, dst, dst_off, length, what):
+        if mode == "sequential" and src not in advised:
+            os.posix_fadvise(src, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            advised.add(src)
+        elif mode == "willneed":
+            os.posix_fadvise(src, src_off, 2 * length, os.POSIX_FADV_WILLNEED)
+        return original(self, src, src_off, dst, dst_off, length, what)
+
+    _copy.CopyEngine.copy = copy
+    try:
+        yield
+    finally:
+        _copy.CopyEngine.copy = original
+
+
+def _hinted(mode: str) -> Callable[[Paths, str], Case]:
+    def make(p: Paths, out: str) -> Case:
+        case = _light_align(p.two, out)
+        run = case.run
+
+        def hinted():
+            with _readahead_hints(mode):
+                return run()
+
+        case.run = hinted
+        return case
+
+    return make
+
+
+def floor_device(p: Paths, out: str) -> Case:
+    """The device's floor for a copy of the ``.data``: read it once and write as many
+    bytes once, both with direct I/O (no page cache), with ``fio`` (1 MiB blocks, 16
+    in flight) if installed, else ``dd`` (16 MiB blocks)."""
+    total = os.path.getsize(p.two_data)
+    # whole MiB (whole pages below one), as direct I/O needs: the tail is under 1 MiB
+    size = total // (1 << 20) << 20 or total // 4096 * 4096
+    dst = os.path.join(out, DATA)
+    if shutil.which("fio"):
+        block = "1M" if size % (1 << 20) == 0 else "4k"
+        common = [f"--bs={block}", "--direct=1", "--ioengine=libaio", "--iodepth=16"]
+        common += ["--output-format=terse", f"--size={size}"]
+        cmds = [
+            ["fio", "--name=read", f"--filename={p.two_data}", "--rw=read", *common],
+            ["fio", "--name=write", f"--filename={dst}", "--rw=write", *common],
+        ]
+    else:
+        block = 16 << 20 if size % (16 << 20) == 0 else 4096
+        dd = [f"bs={block}", f"count={size // block}"]
+        cmds = [
+            ["dd", f"if={p.two_data}", "of=/dev/null", *dd, "iflag=direct"],
+            ["dd", "if=/dev/zero", f"of={dst}", *dd, "oflag=direct"],
+        ]
+
+    def run():
+        for cmd in cmds:
+            subprocess.run(cmd, check=True, capture_output=True)
+
+    return Case(run, [dst], nbytes=2 * size)
+
+
 def _dedup(p: Paths, out: str, kind: str) -> Case:
     dsts = [os.path.join(out, os.path.basename(m)) for m in p.models(kind)]
     return Case(
@@ -447,5 +545,16 @@ OPS: dict[str, Callable[[Paths, str], Case]] = {
         cat_both,
         cat_copy,
         ir_dedup,
+        cp,
+        align_drop,
+        align_durable,
+        floor_device,
     )
 }
+# the same operations measured cold (page cache dropped first) and in a memory cgroup
+for _name, _op in (("cp", cp), ("ir", ir_align), ("onnx", onnx_loadsave), ("align", align)):
+    OPS[f"cold_{_name}"] = OPS[f"cg_{_name}"] = _op
+for _name in ("align_drop", "align_durable"):
+    OPS[f"cold_{_name}"] = OPS[f"cg_{_name}"] = OPS[_name]
+OPS["cold_align_seq"] = _hinted("sequential")
+OPS["cold_align_willneed"] = _hinted("willneed")

@@ -9,7 +9,7 @@ import statistics
 import subprocess
 import textwrap
 
-from suite import FIGURES, LABELS, MiB, Row
+from suite import FIGURES, LABELS, SECONDS, MiB, Row
 
 from onnx_light.bench import describe_machine
 
@@ -50,7 +50,7 @@ def machine_line(root: str) -> str:
 def fmt(figure: str, value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
-    if figure in ("seconds", "cpu"):
+    if figure in SECONDS:
         return f"{value:.3f} s"
     return f"{value / MiB:.1f} MiB"
 
@@ -71,12 +71,25 @@ def split_label(label: str) -> tuple[str, str | None]:
 
 
 def _reference(rounds: list, figure: str):
-    """Round by round, the smallest figure of the references (None if one is missing)."""
+    """Round by round, the smallest figure of the references (None if one is missing).
+
+    A reference that failed by design (a record with ``failed``: OOM-killed in a
+    cgroup) is left out of the minimum; one that crashed (None) makes it None.
+    """
     out = []
     for recs in zip(*rounds):
-        values = [r[figure] for r in recs if r is not None and r[figure] is not None]
-        out.append(min(values) if len(values) == len(recs) else None)
+        live = [r for r in recs if r is None or not r.get("failed")]
+        values = [r.get(figure) for r in live if r is not None and r.get(figure) is not None]
+        out.append(min(values) if values and len(values) == len(live) else None)
     return out
+
+
+def _failure(records: list) -> str | None:
+    """What stopped an operation in every round (``failed`` of its records), or None."""
+    reasons = {r.get("failed") for r in records if r is not None}
+    if records and None not in records and len(reasons) == 1 and None not in reasons:
+        return reasons.pop()
+    return None
 
 
 def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
@@ -107,9 +120,15 @@ def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
             pairs = [
                 (a[row.figure], b)
                 for a, b in zip(mine, reference)
-                if a is not None and b is not None and a[row.figure] is not None
+                if a is not None and b is not None and a.get(row.figure) is not None
             ]
-            if not pairs:
+            failed = [f for f in (_failure(mine), _failure(theirs)) if f]
+            if not pairs and failed:
+                value = ref = ratio = math.nan
+                extra = {}
+                passed = None if row.kind is None else False
+                verdict = "info" if row.kind is None else "FAIL"
+            elif not pairs:
                 value = ref = ratio = math.nan
                 extra = {}
                 passed = None if row.kind is None else False
@@ -132,16 +151,20 @@ def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
                     passed = ratio <= row.target
                 elif row.kind == "abs":
                     passed = value <= row.target
+                elif row.kind == "le":
+                    passed = value <= ref + row.target
                 verdict = "info" if passed is None else ("PASS" if passed else "FAIL")
+            mine_failed, ref_failed = _failure(mine), _failure(theirs_rounds[0])
             out.append(
                 {
                     "operation": LABELS[row.op],
                     "size": size,
                     "fs": fs,
                     "figure": FIGURES[row.figure],
-                    "value": fmt(row.figure, value),
+                    "value": mine_failed or fmt(row.figure, value),
                     "reference": row.ref_label(),
-                    "ref value": fmt(row.figure, ref),
+                    "ref value": (ref_failed if len(row.refs) == 1 else None)
+                    or fmt(row.figure, ref),
                     "ratio": "n/a" if math.isnan(ratio) else f"{ratio:.3f}",
                     "target": row.target_text(),
                     "result": verdict,

@@ -31,10 +31,11 @@ import sys
 import tempfile
 import time
 
+import cgroup
 import kernel_profile as kprofile
 import report
 import sources
-from suite import GROUPS, ROWS, TIMELINE, fs_plan, plan
+from suite import FLUSHED, GROUPS, OPT_IN, ROWS, TIMELINE, condition, fs_plan, plan
 
 from onnx_light.bench.filesystems import loop_mount, unavailable
 from onnx_light.bench.rounds import hold_free_pages, prime, warm
@@ -61,25 +62,49 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--no-profile", action="store_true", help="skip the kernel profiles (perf) of the copies"
     )
     p.add_argument("--timeout", type=float, default=3600, help="seconds per worker")
+    p.add_argument("--cold-size", default="4GiB", help="model size of the cold groups (4GiB)")
+    p.add_argument("--cgroup-size", default="8GiB", help="model size of the cgroup group (8GiB)")
+    p.add_argument(
+        "--cgroup-fraction",
+        type=float,
+        default=0.25,
+        help="memory limit of the cgroup, as a fraction of the model (0.25)",
+    )
+    p.add_argument("--durable-size", default="1GiB", help="model size of the durable group")
+    p.add_argument(
+        "--canary-mib", type=int, default=None, help="canary size (1024; 1 with --smoke)"
+    )
     args = p.parse_args(argv)
     if args.rounds is None:
         args.rounds = 1 if args.smoke else 3
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
-    groups = args.only.split(",") if args.only else list(GROUPS)
+    if args.only:
+        groups = args.only.split(",")
+    else:  # the opt-in groups take minutes each: only when named (or small, in --smoke)
+        groups = [g for g in GROUPS if args.smoke or g not in OPT_IN]
     unknown = [g for g in groups if g not in GROUPS]
     if unknown:
         p.error(f"unknown group(s) {unknown}; known: {list(GROUPS)}")
     args.groups = groups
+    for opt in ("cold_size", "cgroup_size", "durable_size"):
+        if getattr(args, opt) not in sources.SIZES:
+            p.error(f"--{opt.replace('_', '-')}: one of {', '.join(sources.SIZES)}")
     if args.smoke:
         args.sizes_of = {"two": ["2MiB"], "large": [], "single": ["2MiB"], "pair": ["2MiB"]}
+        args.sizes_of.update(durable=["2MiB"], cold=["2MiB"], cgroup=["2MiB"])
     else:
         args.sizes_of = {
             "two": ["96MiB", "1GiB"],
             "large": ["4GiB"],
             "single": ["1GiB"],
             "pair": ["1GiB"],
+            "durable": [args.durable_size],
+            "cold": [args.cold_size],
+            "cgroup": [args.cgroup_size],
         }
+    if args.canary_mib is None:
+        args.canary_mib = 1 if args.smoke else 1024
     if args.sizes:
         keep = args.sizes.split(",")
         args.sizes_of = {k: [s for s in v if s in keep] for k, v in args.sizes_of.items()}
@@ -104,22 +129,49 @@ def _cpu_ticks() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def run_worker(op: str, workdir: str, size: str, timeout: float) -> dict | None:
-    """Run one measurement; also record how busy the other processes kept the CPUs."""
-    cmd = [sys.executable, os.path.join(HERE, "worker.py"), op, workdir, size]
+def run_worker(op: str, workdir: str, size: str, timeout: float, extra=(), cg=None) -> dict | None:
+    """Run one measurement; also record how busy the other processes kept the CPUs.
+
+    Args:
+        op, workdir, size: what ``worker.py`` measures.
+        timeout: seconds.
+        extra: more arguments of ``worker.py``.
+        cg: a :class:`cgroup.MemoryCgroup` to run the worker in (None: none).
+
+    Returns:
+        The worker's record; one with ``failed`` when the cgroup OOM-killed it;
+        None when it crashed.
+    """
+    cmd = [sys.executable, os.path.join(HERE, "worker.py"), op, workdir, size, *extra]
     if op in TIMELINE:
         cmd.append("--timeline")
     busy0, total0 = _cpu_ticks()
     child0 = os.times()
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")  # no idle BLAS threads spinning
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            preexec_fn=cg.enter if cg is not None else None,
+        )
     except subprocess.TimeoutExpired:
         log(f"    {op} [{size}]: timed out after {timeout:.0f} s")
         return None
     busy1, total1 = _cpu_ticks()
     child1 = os.times()
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 and cg is not None and cg.oom_kills():
+        log(f"    {op} [{size}]: OOM-killed in the cgroup (exit {proc.returncode})")
+        return {
+            "failed": f"OOM-killed (cgroup limit {cg.limit / sources.MiB:.0f} MiB)",
+            "seconds": None,
+            "peak": None,
+            "anon": None,
+            "cg_peak": cg.peak(),
+        }
     if proc.returncode != 0 or not lines:
         log(f"    {op} [{size}]: worker failed (exit {proc.returncode})\n{proc.stderr[-3000:]}")
         return None
@@ -150,7 +202,7 @@ def measure(args, todo) -> dict:
         for label, workdir, size, ops in todo:
             paths = sources.Paths(workdir, size)
             t0 = time.perf_counter()
-            n = warm(paths.files(sources.KINDS))
+            n = warm(paths.files(sources.KINDS)) if any(not condition(o) for o in ops) else 0
             log(
                 f"[round {r + 1}/{args.rounds}] {label}: page cache warmed "
                 f"({n / sources.MiB:.0f} MiB read in {time.perf_counter() - t0:.1f} s)"
@@ -162,6 +214,11 @@ def measure(args, todo) -> dict:
             if r:
                 random.Random(r).shuffle(order)
             for op in order:
+                if condition(op):
+                    rec = measure_cold(args, op, workdir, size)
+                    records[(label, op)].append(rec)
+                    _log_record(op, rec)
+                    continue
                 if priming:
                     sources.cool(workdir, size)
                     prime(2 * sources.nbytes(size))
@@ -169,21 +226,61 @@ def measure(args, todo) -> dict:
                 # some of them out of the page cache
                 warm(paths.files(sources.KINDS))
                 os.sync()  # no write-back of earlier outputs during this one
-                rec = run_worker(op, workdir, size, args.timeout)
+                extra = ["--flush"] if op in FLUSHED else []
+                rec = run_worker(op, workdir, size, args.timeout, extra)
                 records[(label, op)].append(rec)
-                if rec is not None:
-                    extra = ""
-                    if rec["anon"] is not None:
-                        extra = (
-                            f", anon +{rec['anon'] / sources.MiB:.1f} MiB"
-                            f", file +{rec['file'] / sources.MiB:.1f} MiB"
-                        )
-                    log(
-                        f"    {op:16s} {rec['seconds']:8.3f} s  cpu {rec['cpu']:7.3f} s  "
-                        f"peak +{rec['peak'] / sources.MiB:.1f} MiB{extra}  "
-                        f"(others: {rec.get('others_cpu', 0):.2f} CPU)"
-                    )
+                _log_record(op, rec)
     return records
+
+
+def _log_record(op: str, rec: dict | None) -> None:
+    if rec is None or rec.get("failed"):
+        return
+    extra = ""
+    if rec["anon"] is not None:
+        extra = f", anon +{rec['anon'] / sources.MiB:.1f} MiB, file +{rec['file'] / sources.MiB:.1f} MiB"
+    for key, name in (("to_disk", "to disk"), ("canary", "canary -"), ("cg_peak", "cgroup peak")):
+        if rec.get(key) is not None:
+            unit = f"{rec[key]:.3f} s" if key == "to_disk" else f"{rec[key] / sources.MiB:.0f} MiB"
+            extra += f", {name} {unit}"
+    log(
+        f"    {op:16s} {rec['seconds']:8.3f} s  cpu {rec['cpu']:7.3f} s  "
+        f"peak +{rec['peak'] / sources.MiB:.1f} MiB{extra}  "
+        f"(others: {rec.get('others_cpu', 0):.2f} CPU)"
+    )
+
+
+def cgroup_limit(args, size: str) -> int:
+    """The cgroup's memory limit for a model of ``size``: ``--cgroup-fraction`` of it,
+    at least 512 MiB (a worker's interpreter and imports alone take about 200 MiB)."""
+    return max(int(args.cgroup_fraction * sources.nbytes(size)), 512 * sources.MiB)
+
+
+def measure_cold(args, op: str, workdir: str, size: str) -> dict | None:
+    """One cold measurement (issue 20): every dirty page written back, the page cache
+    dropped, fresh memory primed; then, in a new memory cgroup for ``cg_`` operations,
+    the canary read (in the cgroup: its pages are charged there) and the worker run,
+    its outputs flushed after the measure (the "time to disk")."""
+    cgroup.drop_caches()
+    if args.held is not None:
+        prime(2 * sources.nbytes(size))
+    limit = cgroup_limit(args, size)
+    with contextlib.ExitStack() as stack:
+        cg = None
+        if condition(op) == "cgroup":
+            cg = stack.enter_context(cgroup.MemoryCgroup(limit))
+        canary = os.path.join(workdir, sources.CANARY)
+        subprocess.run(
+            ["cat", canary],
+            stdout=subprocess.DEVNULL,
+            check=True,
+            preexec_fn=cg.enter if cg is not None else None,
+        )
+        extra = ["--flush", "--canary", canary]
+        rec = run_worker(op, workdir, size, args.timeout, extra, cg)
+        if rec is not None and cg is not None and "cg_peak" not in rec:
+            rec["cg_peak"] = cg.peak()
+    return rec
 
 
 def _fs_name(path: str) -> str:
@@ -219,8 +316,11 @@ def main(argv: list[str] | None = None) -> int:
             # only the sources the selected groups read
             used = {GROUPS[g][1] for g in args.groups}
             need = {k: v if k in used else [] for k, v in args.sizes_of.items()}
-            two = need["two"] + need["large"]
+            two = need["two"] + need["large"] + need["durable"] + need["cold"] + need["cgroup"]
             sources.ensure(workdir, two, need["single"], log, pair=need["pair"])
+            main_plan = _cold_plan(main_plan, headings)
+            if any(condition(op) for _, ops in main_plan for op in ops):
+                sources.ensure_canary(workdir, args.canary_mib * sources.MiB, log)
             todo = [(size, workdir, size, ops) for size, ops in main_plan]
             for fs in args.filesystems if other_plan else []:
                 root = _mount(stack, fs, workdir, args, headings)
@@ -253,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{load_before[0]:.2f} / {load_after[0]:.2f}; CPUs used by other processes "
         f"during the measurements: {others_text} (of {os.cpu_count()})."
         + (f" {held}" if held else "")
+        + _cold_footer(args, plan_labels)
     )
     text = report.markdown(results, header, footer, headings)
     if profiles or profile_note:
@@ -277,6 +378,47 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{len(failed)} target(s) missed")
         return 1
     return 0
+
+
+def _cold_footer(args, plan_labels) -> str:
+    """What the cold measurements did, when there were some."""
+    cold = {label: [op for op in ops if condition(op)] for label, ops in plan_labels}
+    if not any(cold.values()):
+        return ""
+    text = (
+        " Cold operations (cold_*, cg_*, floor_device; issue 20): before each, every dirty "
+        "page written back and the page cache dropped (echo 3 > /proc/sys/vm/drop_caches), "
+        f"then a {args.canary_mib} MiB canary file read (cat); 'canary evicted' is how much "
+        "of it left the page cache during the operation (fincore before and after); "
+        "'time to disk' adds the fsync of the outputs after the measure."
+    )
+    cg_sizes = [label for label, ops in cold.items() if any(o.startswith("cg_") for o in ops)]
+    if cg_sizes:
+        limits = ", ".join(
+            f"{cgroup_limit(args, label) / sources.MiB:.0f} MiB at {label}" for label in cg_sizes
+        )
+        text += (
+            f" cg_* operations ran in a fresh memory cgroup (v{cgroup.version()}, its limit "
+            f"counting the page cache: {limits}), the canary read inside it."
+        )
+    return text
+
+
+def _cold_plan(main_plan, headings: dict):
+    """The plan without the cold operations this machine cannot run (not root, no
+    memory cgroup); the work dir's heading says which were left out and why."""
+    reasons = {"cold": cgroup.unavailable(), "cgroup": cgroup.cgroup_unavailable()}
+    out, dropped = [], []
+    for size, ops in main_plan:
+        keep = [op for op in ops if not (condition(op) and reasons[condition(op)])]
+        dropped += [op for op in ops if op not in keep]
+        if keep:
+            out.append((size, keep))
+    if dropped:
+        why = "; ".join(sorted({reasons[condition(op)] for op in dropped}))
+        log(f"cold operations skipped ({why}): {', '.join(dropped)}")
+        headings[None] += f"; cold operations skipped: {why}"
+    return out
 
 
 PROFILED = ("copyfile", "align", "copyfile_aligned", "align_aligned")

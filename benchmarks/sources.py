@@ -37,8 +37,12 @@ SIZES = {
     "2MiB": (8, 256),  # --smoke
     "96MiB": (24, 1024),
     "1GiB": (64, 2048),
+    "2GiB": (128, 2048),
     "4GiB": (256, 2048),  # --large
+    "8GiB": (512, 2048),  # the cgroup group (issue 20): written tensor by tensor
 }
+STREAM_ABOVE = 4 * 1024**3  # two-file sources larger than this are written tensor by tensor
+CANARY = "canary.bin"  # the cold groups' canary: read before a copy, its residency after
 # name -> nodes of onnx_light.bench.make_forest_model (500,000 nodes: about 21 MB)
 FOREST_NODES = {"tiny": 2_000, "2MiB": 20_000}
 FOREST_DEFAULT = 500_000
@@ -147,6 +151,8 @@ def _write(paths: Paths, kind: str, log) -> None:
         from onnx_light.bench import make_many_tensors_model
 
         make_many_tensors_model(_spec(paths.size, kind)[0], os.path.dirname(target), MODEL)
+    elif kind == "two" and n * dim * dim * 4 > STREAM_ABOVE:
+        _write_two_streaming(target, n, dim)
     else:
         model = make_gemm_model(n, dim, lead_table=LEAD_TABLE if kind == "two" else 0)
         if kind == "two":
@@ -162,6 +168,62 @@ def _external(t, location: str, offset: int, length: int) -> None:
     for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
         entry = t.external_data.add()
         entry.key, entry.value = key, value
+
+
+def _write_two_streaming(target: str, n: int, dim: int) -> None:
+    """The two-file model of ``make_gemm_model(n, dim, lead_table=LEAD_TABLE)``, written
+    tensor by tensor (the same bytes and layout as ``onnx.save``, one weight in memory
+    at a time): a model larger than the memory can be written."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    rng = np.random.default_rng(0)
+    scale = np.float32(1.0 / np.sqrt(dim))
+    inits, nodes = [], []
+    x = "X"
+    with open(os.path.join(os.path.dirname(target), DATA), "wb") as f:
+
+        def add(array, name):
+            t = numpy_helper.from_array(array, name)
+            offset = f.tell()
+            f.write(t.raw_data)
+            t.ClearField("raw_data")
+            _external(t, DATA, offset, f.tell() - offset)
+            inits.append(t)
+
+        add(np.arange(LEAD_TABLE // 8, dtype=np.int64), "lead_table")
+        for i in range(n):
+            add((rng.standard_normal((dim, dim), dtype=np.float32) * scale), f"W{i}")
+            add(rng.standard_normal(dim, dtype=np.float32) * np.float32(0.01), f"B{i}")
+            y = "Y" if i == n - 1 else f"H{i}"
+            nodes.append(helper.make_node("Gemm", [x, f"W{i}", f"B{i}"], [y], name=f"gemm{i}"))
+            x = y
+    graph = helper.make_graph(
+        nodes,
+        "gemm_chain",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", dim])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", dim])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    save(model, target)
+
+
+def ensure_canary(root: str, nbytes: int, log=print) -> str:
+    """The canary file of ``nbytes`` random bytes in ``root`` (written once); its path."""
+    path = os.path.join(root, CANARY)
+    if os.path.exists(path) and os.path.getsize(path) == nbytes:
+        return path
+    t0 = time.perf_counter()
+    block = os.urandom(min(nbytes, 16 * MiB))
+    with open(path, "wb") as f:
+        done = 0
+        while done < nbytes:
+            done += f.write(block[: nbytes - done])
+    os.sync()
+    log(f"  wrote the {nbytes / MiB:.0f} MiB canary in {time.perf_counter() - t0:.1f} s")
+    return path
 
 
 def _write_pair(models: list[str], n: int, dim: int) -> None:

@@ -3,8 +3,9 @@
 A :class:`Row` compares one figure of an operation with the same figure of its
 reference, measured in the same round. Its target is either on the ratio
 (``kind="ratio"``: median over rounds of the per-round ratio <= value) or on
-the figure itself (``kind="abs"``: median figure <= value, in its unit);
-``kind=None`` rows are for information.
+the figure itself (``kind="abs"``: median figure <= value, in its unit), or on the figure
+against the reference's (``kind="le"``: median figure <= median reference +
+value, in its unit); ``kind=None`` rows are for information.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ MiB = 1024 * 1024
 
 # group -> (operations, which sources: "two" = the two-file sizes, "large" = the 4 GiB
 # two-file model, "single" = the single-file sizes, "pair" = the dedup pairs' sizes;
-# "fs": also run on XFS and btrfs)
+# "durable", "cold", "cgroup" = issue 20's sizes, two-file models)
 GROUPS = {
     "align": (["copyfile", "align", "ir_align", "onnx_loadsave"], "two"),
     "align4": (["copyfile", "align", "ir_align"], "large"),
@@ -31,7 +32,52 @@ GROUPS = {
     "align1": (["align_single", "ir_align_single"], "single"),
     "dedup": (["dedup", "cat_both", "cat_copy", "ir_dedup"], "pair"),
     "dedupmany": (["dedup_many", "dedup_quarter"], "pair"),
+    # issue 20, at 1 GiB: durable=True and drop_behind=True, warm and cold
+    "durable": (
+        [
+            "align",
+            "align_durable",
+            "align_drop",
+            "cold_align",
+            "cold_align_durable",
+            "cold_align_drop",
+        ],
+        "durable",
+    ),
+    # issue 20: cold page cache, 4 GiB (opt-in: minutes)
+    "cold": (
+        [
+            "cold_cp",
+            "cold_ir",
+            "cold_onnx",
+            "cold_align",
+            "cold_align_drop",
+            "floor_device",
+        ],
+        "cold",
+    ),
+    # issue 20: 8 GiB in a memory cgroup of a quarter of it, cold (opt-in: minutes)
+    "cgroup": (["cg_cp", "cg_ir", "cg_onnx", "cg_align", "cg_align_drop"], "cgroup"),
+    # issue 20: readahead hints on a cold copy (opt-in: what decided them)
+    "readahead": (["cold_align", "cold_align_seq", "cold_align_willneed"], "cold"),
 }
+# groups left out of a run without --only (each takes minutes); --smoke runs them small
+OPT_IN = ("cold", "cgroup", "readahead")
+
+
+def condition(op: str) -> str | None:
+    """How ``op`` runs: ``"cgroup"`` (cold, in a memory cgroup), ``"cold"`` (the page
+    cache dropped first) or None (warm)."""
+    if op.startswith("cg_"):
+        return "cgroup"
+    if op.startswith("cold_") or op == "floor_device":
+        return "cold"
+    return None
+
+
+# operations whose outputs are also written to the disk after the measure, timed
+# apart: the "time to disk" figure (issue 20)
+FLUSHED = {"align", "align_durable", "align_drop"}  # and every cold operation
 # the groups run again on each other filesystem (XFS, btrfs), at the single-file sizes
 FS_GROUPS = {
     "align": ["copyfile", "align", "ir_align"],
@@ -88,7 +134,19 @@ LABELS = {
     "ir_dedup": "onnx_ir load + DeduplicateInitializersPass + save(alignment=4096), each model",
     "dedup_many": "onnxl.deduplicate_external_data, 200,000 tensors of 64 bytes, many twins",
     "dedup_quarter": "the same, 50,000 tensors (a quarter)",
+    "cp": "cp of the .data",
+    "align_drop": "onnxl.align_external_data_streaming(4096, drop_behind=True)",
+    "align_durable": "onnxl.align_external_data_streaming(4096, durable=True)",
+    "floor_device": "floor: the device's direct read of the .data + direct write of as much (fio)",
+    "cold_align_seq": "the re-align, cold, source advised POSIX_FADV_SEQUENTIAL",
+    "cold_align_willneed": "the re-align, cold, POSIX_FADV_WILLNEED ahead of each tensor",
 }
+for _op in ("cp", "align", "align_drop", "align_durable"):
+    LABELS[f"cold_{_op}"] = LABELS.get(_op, LABELS["align"]) + ", cold"
+    LABELS[f"cg_{_op}"] = LABELS.get(_op, LABELS["align"]) + ", cold, in the cgroup"
+for _op, _ref in (("ir", "ir_align"), ("onnx", "onnx_loadsave")):
+    LABELS[f"cold_{_op}"] = LABELS[_ref] + ", cold"
+    LABELS[f"cg_{_op}"] = LABELS[_ref] + ", cold, in the cgroup"
 
 FIGURES = {
     "seconds": "time",
@@ -97,7 +155,11 @@ FIGURES = {
     "file": "peak RssFile growth (sampled)",
     "bytes": "bytes written",
     "cpu": "CPU time",
+    "to_disk": "time to disk (+ fsync of the outputs)",
+    "canary": "canary evicted",
+    "cg_peak": "cgroup peak usage",
 }
+SECONDS = ("seconds", "cpu", "to_disk")
 
 
 @dataclass(frozen=True)
@@ -132,9 +194,11 @@ class Row:
         if self.kind == "ratio":
             return f"<= {self.target:g}x"
         if self.kind == "abs":
-            if self.figure in ("seconds", "cpu"):
+            if self.figure in SECONDS:
                 return f"<= {self.target:g} s"
             return f"<= {self.target / MiB:g} MiB"
+        if self.kind == "le":
+            return f"<= ref + {self.target / MiB:g} MiB"
         return ""
 
 
@@ -229,6 +293,71 @@ ROWS = [
     # linear within 25%: 4x the tensors, at most 5x the time
     Row("dedupmany", "dedup_many", "seconds", "dedup_quarter", "ratio", 5.0),
     Row("dedupmany", "dedup_many", "peak", "dedup_quarter"),
+    # issue 20: the cost of durable=True and of drop_behind=True, warm and cold
+    Row(
+        "durable",
+        "align_durable",
+        "seconds",
+        "align",
+        note="without durable, the copy returns once its bytes are in the page cache; "
+        "durable also waits for them to reach the disk (fsync before the rename), "
+        "what 'time to disk' adds to the plain re-align",
+    ),
+    Row("durable", "align_durable", "to_disk", "align"),
+    Row("durable", "cold_align_durable", "seconds", "cold_align"),
+    Row("durable", "cold_align_durable", "to_disk", "cold_align"),
+    Row("durable", "align_drop", "seconds", "align"),
+    Row("durable", "cold_align_drop", "seconds", "cold_align"),
+    Row("durable", "cold_align_drop", "to_disk", "cold_align"),
+    # issue 20, cold (outside a cgroup, page cache dropped before each run)
+    *[
+        row
+        for pre, grp in (("cold", "cold"), ("cg", "cgroup"))
+        for row in (
+            Row(grp, f"{pre}_align", "seconds", (f"{pre}_cp", f"{pre}_ir"), "ratio", 1.05),
+            Row(grp, f"{pre}_align", "seconds", f"{pre}_cp"),
+            Row(grp, f"{pre}_align", "seconds", f"{pre}_ir"),
+            Row(
+                grp,
+                f"{pre}_align",
+                "seconds",
+                f"{pre}_onnx",
+                note="onnx.load holds every weight in memory, and onnx.save a second copy "
+                "of each while it writes: in a cgroup smaller than the model the kernel "
+                "OOM-kills it (the row then says so)"
+                if pre == "cg"
+                else None,
+            ),
+            Row(grp, f"{pre}_align", "peak", f"{pre}_ir", "abs", 8 * MiB),
+            Row(grp, f"{pre}_align", "to_disk", f"{pre}_cp"),
+            # the rest of the machine: a 1 GiB canary read just before the copy
+            Row(grp, f"{pre}_align", "canary", f"{pre}_cp", "le", 16 * MiB),
+            Row(grp, f"{pre}_align_drop", "canary", f"{pre}_cp", "abs", 16 * MiB),
+            Row(grp, f"{pre}_ir", "canary", f"{pre}_cp"),
+            Row(grp, f"{pre}_align_drop", "seconds", f"{pre}_align"),
+            Row(grp, f"{pre}_align_drop", "to_disk", f"{pre}_align"),
+            Row(grp, f"{pre}_align", "cg_peak", f"{pre}_cp"),
+            Row(grp, f"{pre}_align_drop", "cg_peak", f"{pre}_cp"),
+            Row(grp, f"{pre}_ir", "cg_peak", f"{pre}_cp"),
+        )
+        # outside a cgroup: no cgroup peak, and the durable group has drop_behind's cost
+        if pre == "cg"
+        or not (row.figure == "cg_peak" or row.op == "cold_align_drop" and row.ref == "cold_align")
+    ],
+    Row(
+        "cold",
+        "cold_align",
+        "to_disk",
+        "floor_device",
+        note="the floor reads the source once and writes as many bytes once with direct "
+        "I/O (fio, 16 requests of 1 MiB in flight), one after the other; the ratio is "
+        "the re-align's time over that floor",
+    ),
+    Row("cold", "cold_cp", "to_disk", "floor_device"),
+    Row("cold", "cold_ir", "to_disk", "floor_device"),
+    # issue 20: readahead hints on a cold copy (splice reads through the page cache)
+    Row("readahead", "cold_align_seq", "seconds", "cold_align"),
+    Row("readahead", "cold_align_willneed", "seconds", "cold_align"),
 ]
 
 
