@@ -610,9 +610,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--drop-behind",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="drop the copied ranges from the page cache as the copy goes (written to disk "
-        "first): a model larger than the memory leaves the rest of the cache alone",
+        "first), so the rest of the cache stays; default: only when the copy exceeds the "
+        "memory available (MemAvailable, or the memory cgroup's room)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
     p.set_defaults(func=cmd_align)
@@ -703,9 +705,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--drop-behind",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="drop the copied ranges from the page cache as the copy goes (written to disk "
-        "first): a model larger than the memory leaves the rest of the cache alone",
+        "first), so the rest of the cache stays; default: only when the copy exceeds the "
+        "memory available (MemAvailable, or the memory cgroup's room)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
     p.set_defaults(func=cmd_dedup)

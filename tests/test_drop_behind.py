@@ -102,3 +102,32 @@ def test_the_command_line_flag_drops_behind(model, tmp_path):
     assert resident(str(model) + ".data") < 2 * MiB
     assert resident(tmp_path / "out" / "m.onnx.data") < 2 * MiB
     assert read_back(tmp_path / "out" / "m.onnx") == read_back(model)
+
+
+def test_by_default_a_copy_is_dropped_only_when_it_exceeds_the_memory_available(
+    model, tmp_path, monkeypatch
+):
+    import onnx_light.onnx._shards as shards
+
+    seen = []
+    real = shards.write_weights
+
+    def spy(*args):
+        seen.append(args[-1])  # drop_behind as decided
+        return real(*args)
+
+    monkeypatch.setattr(shards, "write_weights", spy)
+    (tmp_path / "a").mkdir()
+    onnxl.align_external_data_streaming(model, tmp_path / "a" / "m.onnx")
+    monkeypatch.setattr(shards, "drop_by_default", lambda nbytes: nbytes > 1 * MiB)
+    (tmp_path / "b").mkdir()
+    onnxl.align_external_data_streaming(model, tmp_path / "b" / "m.onnx")
+    assert seen == [False, True]  # 24 MiB fits this machine's memory; not a 1 MiB room
+
+
+def test_the_memory_available_reads_meminfo_and_the_cgroup():
+    from onnx_light.onnx._memory import available_memory, drop_by_default
+
+    room = available_memory()
+    assert room is not None and room > 0
+    assert not drop_by_default(1 * MiB) and drop_by_default(1 << 50)

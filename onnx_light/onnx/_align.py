@@ -137,7 +137,7 @@ def align_model(
     shard_naming: str = "onnx-ir",
     remove_unreferenced: bool = False,
     durable: bool = False,
-    drop_behind: bool = False,
+    drop_behind: bool | None = None,
 ) -> AlignResult:
     """Re-align ``src_onnx_path``: see :func:`align_external_data_streaming`.
 

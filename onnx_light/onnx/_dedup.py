@@ -59,7 +59,9 @@ class DedupResult:
         bytes_before: the bytes of tensor data the source models referenced
             (or held inline) and that moved: each model's own copy counted.
         bytes_written: the bytes of the weights files written, padding included.
-        bytes_reused: bytes of tensors now read from the reused files.
+        bytes_reused: bytes now read from the reused files instead of being
+            written, each reused range counted once (however many tensors
+            read it).
         groups: the tensors that now share one range, as ``(destination
             model, tensor)`` tuples, one tuple per range read by several.
         transposed: tensors whose bytes are the transpose of another's
@@ -149,7 +151,7 @@ def deduplicate_external_data(
     remove_unreferenced: bool = False,
     chunk_size: int = 4 * 1024 * 1024,
     durable: bool = False,
-    drop_behind: bool = False,
+    drop_behind: bool | None = None,
 ) -> DedupResult:
     """Write models that all reference one weights file, each distinct byte string stored once.
 
@@ -192,7 +194,8 @@ def deduplicate_external_data(
         durable: flush the new files and their folder to the disk before
             returning, even into a new folder (in place, always done).
         drop_behind: drop the copied ranges from the page cache as the copy
-            goes, as in :func:`~onnx_light.onnx.align_external_data_streaming`.
+            goes, as in :func:`~onnx_light.onnx.align_external_data_streaming`
+            (None: when the copy exceeds the memory available).
 
     Returns:
         A :class:`DedupResult`: bytes before and written, the groups of

@@ -23,6 +23,7 @@ from ._layout import (
     plan_shards,
     shard_name,
 )
+from ._memory import drop_by_default
 from ._plan import Item
 from ._sources import SourceFiles
 from ._targets import weights_destination
@@ -95,9 +96,12 @@ class WeightsFiles:
         threads: int,
         chunk_size: int = 4 * 1024 * 1024,
         progress: Callable[[int, int], None] | None = None,
-        drop_behind: bool = False,
+        drop_behind: bool | None = None,
     ) -> int:
         """Write every file (as temporary files of ``out``); none when there is no item.
+
+        ``drop_behind`` None drops the copied ranges from the page cache when
+        the bytes to copy exceed the memory available (:mod:`._memory`).
 
         Returns:
             The bytes written, padding included.
@@ -108,6 +112,8 @@ class WeightsFiles:
             return 0
         unique = [self.items[s.items[k]].size for s in self.shards for k in s.layout.unique]
         whole, before = sum(unique), 0
+        if drop_behind is None:  # on when the copy cannot fit in the memory left anyway
+            drop_behind = drop_by_default(whole)
         size = 0
         for shard, path in zip(self.shards, self.paths, strict=True):
             members = [self.items[i] for i in shard.items]

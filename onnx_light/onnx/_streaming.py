@@ -28,7 +28,7 @@ def align_external_data_streaming(
     shard_naming: str = "onnx-ir",
     remove_unreferenced: bool = False,
     durable: bool = False,
-    drop_behind: bool = False,
+    drop_behind: bool | None = None,
 ) -> AlignResult:
     """Rewrite a model with every external tensor at an aligned offset, streaming its bytes.
 
@@ -95,9 +95,12 @@ def align_external_data_streaming(
             (see the security page).
         drop_behind: drop the copied ranges of the source and destination
             files from the page cache as the copy goes (the destination's
-            written to the disk first): re-aligning a model larger than the
-            memory then leaves the rest of the page cache alone, at the cost
-            of writing to the disk during the call.
+            written to the disk first), so a copy larger than the memory
+            leaves the rest of the page cache alone. None (default): only
+            when the bytes to copy exceed the memory available (the kernel's
+            ``MemAvailable``, or the room left in the process's memory
+            cgroup), where the page cache could not keep them anyway; a
+            copy that fits is never slowed.
 
     Returns:
         An :class:`AlignResult`: an int, the number of bytes of the
