@@ -101,7 +101,9 @@ def placement(model: onnx.ModelProto) -> pandas.DataFrame:
     return pandas.DataFrame(rows)
 
 
-placement(meta).head(6).rename(columns={"offset": "offset (bytes)", "length": "length (bytes)"})
+placement(meta).set_index("name").head(6).rename(
+    columns={"offset": "offset (bytes)", "length": "length (bytes)"}
+)
 
 # %%
 # The two approaches
@@ -240,7 +242,7 @@ with (
 ):
     assert fa.read() == fb.read(), "the two weights files differ"
 print(f"{len(p_stream)} tensors: offsets aligned to {ALIGNMENT}, lengths and bytes equal")
-placement(aligned_stream).head(6).rename(
+placement(aligned_stream).set_index("name").head(6).rename(
     columns={"offset": "offset (bytes)", "length": "length (bytes)"}
 )
 

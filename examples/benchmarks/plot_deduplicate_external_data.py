@@ -94,11 +94,11 @@ print(
     f"written, {len(result.groups)} groups of tensors share a range"
 )
 pandas.DataFrame(
-    [
-        {"tensors sharing one range": ", ".join(f"{os.path.basename(m)}:{t}" for m, t in group)}
-        for group in result.groups[:4]
-    ]
-)
+    {
+        "read by": [", ".join(os.path.basename(m) for m, _ in group) for group in result.groups],
+    },
+    index=pandas.Index([group[0][1] for group in result.groups], name="tensor"),
+).head(4)
 
 # %%
 # Every model computes what it computed before

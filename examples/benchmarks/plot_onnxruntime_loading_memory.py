@@ -365,7 +365,7 @@ for key, y in outputs.items():
         }
     )
     np.testing.assert_allclose(y, reference, rtol=1e-3, atol=1e-4)
-pandas.DataFrame(check)
+pandas.DataFrame(check).set_index(["layout", "prepacking"])
 
 # %%
 # The result in one picture: anonymous memory while the session is created

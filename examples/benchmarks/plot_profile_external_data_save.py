@@ -141,12 +141,12 @@ pandas.set_option("display.width", 200)
 # The top functions of onnx's save, by own time (time spent in the function
 # itself, not in the functions it calls):
 
-frames["onnx"].head(10).round(4)
+frames["onnx"].set_index("function").head(10).round(4)
 
 # %%
 # The top functions of onnx-light's save:
 
-frames["onnx-light"].head(10).round(4)
+frames["onnx-light"].set_index("function").head(10).round(4)
 
 # %%
 # Reading ``raw_data`` copies it

@@ -212,7 +212,7 @@ for init in variant.graph.initializer:
     )
 places = pandas.DataFrame(places)
 print(places.groupby("location").agg(tensors=("name", "count"), bytes=("length", "sum")))
-places[places.name.str.startswith("W")].head(6)
+places[places.name.str.startswith("W")].set_index("name").head(6)
 
 # %%
 # The first model's files were not touched:

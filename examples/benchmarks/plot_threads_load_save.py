@@ -91,7 +91,8 @@ onnx.save(
     all_tensors_to_one_file=False,
 )
 pandas.DataFrame(
-    [{"layout": name, "files": len(os.listdir(folder))} for name, folder in folders.items()]
+    {"files": [len(os.listdir(folder)) for folder in folders.values()]},
+    index=pandas.Index(list(folders), name="layout"),
 )
 
 # %%
