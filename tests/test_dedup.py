@@ -253,3 +253,48 @@ def test_progress_covers_the_comparison_then_the_writing(tmp_path):
     first_total = calls[0][1]
     assert any(t == first_total and d > 0 for d, t in calls)  # the comparison reported
     assert calls[-1][1] < first_total  # the total shrank once the duplicates were known
+
+
+def test_a_reused_file_is_never_replaced_even_in_place(tmp_path):
+    """The weights file named as the reused .safetensors: refused, in place too."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    model = make_gemm_model(4, DIM)
+    save_two_file(model, folder / "m.onnx", size_threshold=0)
+    weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    write_safetensors(folder / "model.safetensors", {"W0": weights["W0"], "W1": weights["W1"]})
+    before = folder_digest(folder)
+    src = str(folder / "m.onnx")
+    with pytest.raises(onnxl.ExternalDataError, match="reused file.*only read"):
+        onnxl.deduplicate_external_data(
+            [src], [src], "model.safetensors", reuse=[folder / "model.safetensors"]
+        )
+    assert folder_digest(folder) == before
+
+
+def test_deduplicating_again_counts_each_stored_range_once(tmp_path):
+    srcs = _pair(tmp_path / "m")
+    onnxl.deduplicate_external_data(srcs, srcs, "shared.data")
+    stored = {(off, n) for p in srcs for _, off, n in external_offsets(p)}
+    again = onnxl.deduplicate_external_data(srcs, srcs, "shared2.data")
+    assert again.bytes_before == sum(n for _, n in stored)  # not each model's copy
+    assert again.bytes_saved <= 0  # nothing more to share: no saving claimed
+
+
+def test_a_safetensors_file_the_old_model_read_is_never_pruned(tmp_path):
+    """In place, a model that pointed into model.safetensors: the file is not removed."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    model = make_gemm_model(2, DIM)
+    weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    write_safetensors(folder / "model.safetensors", weights)
+    src = folder / "m.onnx"
+    onnx.save(model, tmp_path / "single.onnx")
+    onnxl.deduplicate_external_data(
+        [tmp_path / "single.onnx"], [src], "m.onnx.data", reuse=[folder / "model.safetensors"]
+    )
+    assert {loc for loc, _, _ in external_offsets(src)} == {"model.safetensors"}
+    result = onnxl.deduplicate_external_data([src], [src], "w.data", remove_unreferenced=True)
+    assert result.removed == [] and result.unreferenced == []
+    assert (folder / "model.safetensors").exists()
+    assert read_back(src) == read_back(tmp_path / "single.onnx")

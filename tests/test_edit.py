@@ -288,3 +288,22 @@ def test_progress_and_shards(source, tmp_path):
     shards = sorted(p.name for p in tmp_path.glob("sharded-*.onnx.data"))
     assert len(shards) > 1
     assert read_back(tmp_path / "sharded.onnx") == tensor_bytes(onnx.load(str(path)))
+
+
+def test_the_source_onnx_is_never_the_new_weights_file_when_sharing(tmp_path):
+    """A sharing save whose weights file would be the source .onnx itself: refused."""
+    import numpy as np
+    from conftest import folder_digest, save_two_file
+
+    from onnx_light.bench import make_gemm_model
+
+    save_two_file(make_gemm_model(2, 64), tmp_path / "m.onnx", size_threshold=0)
+    before = folder_digest(tmp_path)
+    model = onnxl.load(tmp_path / "m.onnx", load_external_data=False)
+    extra = np.ones((64, 64), np.float32)
+    model.graph.initializer.append(onnxl.numpy_helper.from_array(extra, "extra"))
+    with pytest.raises(onnxl.ExternalDataError, match="would overwrite"):
+        onnxl.save_edited(
+            model, tmp_path / "m.onnx", tmp_path / "e.onnx", "m.onnx", share_weights=True
+        )
+    assert folder_digest(tmp_path) == before

@@ -21,7 +21,7 @@ import onnx
 from ._align import overwrite_hint, plan_model
 from ._atomic import AtomicFiles, folder_lock
 from ._content import Blob, comparison_bound, content_classes
-from ._errors import shown
+from ._errors import ExternalDataError, shown
 from ._external import place
 from ._gc import paused_gc
 from ._options import (
@@ -56,8 +56,9 @@ class DedupResult:
     """What :func:`~onnx_light.onnx.deduplicate_external_data` did.
 
     Attributes:
-        bytes_before: the bytes of tensor data the source models referenced
-            (or held inline) and that moved: each model's own copy counted.
+        bytes_before: the bytes of tensor data the source models stored (in
+            their data files, or inline) for the tensors that moved; a range
+            several tensors already shared counts once.
         bytes_written: the bytes of the weights files written, padding included.
         bytes_reused: bytes now read from the reused files instead of being
             written, each reused range counted once (however many tensors
@@ -254,6 +255,7 @@ def deduplicate_external_data(
         weights = WeightsFiles(
             [items[i] for i in to_write], alignment, dsts[0], dst_weights_path, max_shard_size
         )
+        _refuse_reused_targets(weights.paths, reused)
         in_place = all(m.in_place for m in models)
         for model in models:
             check_targets(
@@ -295,7 +297,7 @@ def deduplicate_external_data(
             out.commit()
     stale, removed = _prune(models, weights.outputs, remove_unreferenced)
     return DedupResult(
-        bytes_before=sum(it.size for it in items),
+        bytes_before=_stored_before(items),
         bytes_written=written,
         bytes_reused=sum(
             items[c].size for c in {classes[i] for i in range(len(items))} & home.keys()
@@ -306,6 +308,26 @@ def deduplicate_external_data(
         unreferenced=stale,
         removed=removed,
     )
+
+
+def _refuse_reused_targets(paths: list[str], reused: list) -> None:
+    """A reused file is only read: no weights file (or shard) of the call may replace it,
+    not even in place, where the other checks let sources be replaced.
+
+    Raises:
+        ExternalDataError: naming the destination and the reused file.
+    """
+    kept = {r.blob.source.identity: r.blob.source.path for r in reused}
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in kept:
+            raise ExternalDataError(
+                f"destination {shown(path)} is the reused file {shown(kept[st.st_dev, st.st_ino])}, "
+                "which is only read: name the weights file otherwise (--weights)"
+            )
 
 
 class _Phases:
@@ -330,6 +352,12 @@ class _Phases:
         return lambda done, total: progress(bound + done, bound + total)
 
 
+def _stored_before(items: list[Item]) -> int:
+    """The tensor bytes the sources stored: a range several tensors read counted once."""
+    spans = {it.ref.span: it.size for it in items if it.ref is not None}
+    return sum(spans.values()) + sum(it.size for it in items if it.ref is None)
+
+
 def _names(models: list[_Model], items: list[Item]) -> list[TensorName]:
     names = []
     for model in models:
@@ -348,13 +376,14 @@ def _groups(classes: list[int], names: list[TensorName]) -> list[tuple[TensorNam
 
 def _prune(models: list[_Model], outputs: list[str], remove_them: bool) -> tuple[list, list]:
     stale: list[str] = []
-    for model in models:
-        if model.in_place:
-            with folder_lock(os.path.dirname(model.dst)):
-                for path in unreferenced(model.dst, model.plan.sources, outputs):
-                    if path not in stale:
-                        stale.append(path)
-    return stale, remove(stale) if remove_them and stale else []
+    if not any(m.in_place for m in models):
+        return [], []
+    with folder_lock(os.path.dirname(models[0].dst)):  # one folder: every destination's
+        for model in models:
+            for path in unreferenced(model.dst, model.plan.sources, outputs):
+                if path not in stale:
+                    stale.append(path)
+        return stale, remove(stale) if remove_them and stale else []
 
 
 def find_transposed(

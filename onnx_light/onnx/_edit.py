@@ -177,6 +177,7 @@ def save_edited(
     if dst_weights_path is None:
         dst_weights_path = default_weights(dst)
     with SourceFiles() as files:
+        files.model(src)  # a source, in both modes: no destination may replace it
         plan = (_SharingPlan if share_weights else SavePlan)(
             model, dst, dst_weights_path, options, files
         )

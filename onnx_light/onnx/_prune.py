@@ -20,6 +20,12 @@ from ._signals import critical
 from ._sources import SourceFile
 
 
+def _foreign(path: str) -> bool:
+    """A file other tools load for themselves (a ``.safetensors`` that transformers or
+    PyTorch read, and an ONNX model may point into): never left for pruning."""
+    return path.endswith(".safetensors")
+
+
 def unreferenced(model_path: str, old: list[SourceFile], new: list[str]) -> list[str]:
     """The weights files the old model read that no ``.onnx`` of its folder references now.
 
@@ -30,7 +36,8 @@ def unreferenced(model_path: str, old: list[SourceFile], new: list[str]) -> list
 
     Returns:
         Their paths, in the order of ``old``: never a ``.onnx`` (another
-        model, whose inline bytes the old one read), never a file a model of
+        model, whose inline bytes the old one read), never a ``.safetensors``
+        (other tools load it for themselves), never a file a model of
         the folder, or of a folder between it and the file, references. Empty
         when one of those models cannot be read (then a :class:`UserWarning`
         says which: it may reference them).
@@ -41,7 +48,7 @@ def unreferenced(model_path: str, old: list[SourceFile], new: list[str]) -> list
     candidates: dict[str, str] = {}
     for source in old:
         stored = stored_spelling(source.path, listings)
-        if stored in fresh or stored == model or is_model_name(stored):
+        if stored in fresh or stored == model or is_model_name(stored) or _foreign(stored):
             continue
         with contextlib.suppress(OSError):
             st = os.stat(stored)
