@@ -131,3 +131,28 @@ def test_the_memory_available_reads_meminfo_and_the_cgroup():
     room = available_memory()
     assert room is not None and room > 0
     assert not drop_by_default(1 * MiB) and drop_by_default(1 << 50)
+
+
+@pytest.mark.skipif(shutil.which("fincore") is None, reason="fincore (util-linux) is missing")
+def test_dedup_drops_what_it_only_read_to_compare(model, tmp_path):
+    """Two identical models: the second's bytes are read to compare, never copied."""
+    folder = model.parent
+    shutil.copy(folder / "m.onnx", folder / "b.onnx")
+    shutil.copy(folder / "m.onnx.data", folder / "b.onnx.data")
+    with open(folder / "b.onnx", "rb") as f:
+        raw = f.read()
+    with open(folder / "b.onnx", "wb") as f:  # b.onnx reads b.onnx.data
+        f.write(raw.replace(b"m.onnx.data", b"b.onnx.data"))
+    os.sync()
+    for name in ("m.onnx.data", "b.onnx.data"):
+        _warm(folder / name)
+    (tmp_path / "out").mkdir()
+    onnxl.deduplicate_external_data(
+        [model, folder / "b.onnx"],
+        [tmp_path / "out" / "m.onnx", tmp_path / "out" / "b.onnx"],
+        "w.data",
+        drop_behind=True,
+    )
+    assert resident(folder / "b.onnx.data") < 2 * MiB  # compared, then dropped
+    assert resident(folder / "m.onnx.data") < 2 * MiB
+    assert read_back(tmp_path / "out" / "b.onnx") == read_back(model)

@@ -13,6 +13,7 @@ file, or bytes in memory (a tensor's ``raw_data``, a typed field converted).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Hashable, Sequence
@@ -52,11 +53,14 @@ class Blob:
 class _Reader:
     """Reads blobs into reusable buffers (two chunks of memory in all)."""
 
-    def __init__(self, files: SourceFiles, progress: Callable[[int], None] | None) -> None:
+    def __init__(
+        self, files: SourceFiles, progress: Callable[[int], None] | None, drop: bool = False
+    ) -> None:
         self.files = files
         self.buffers = [bytearray(CHUNK), bytearray(CHUNK)]
         self.progress = progress
         self.compared = 0
+        self.drop = drop and hasattr(os, "posix_fadvise")
 
     def read(self, blob: Blob, start: int, size: int, which: int = 0) -> memoryview:
         """``size`` bytes of ``blob`` from ``start`` (within it)."""
@@ -73,6 +77,9 @@ class _Reader:
                         "while comparing tensors (the file shrank?)"
                     )
                 done += n
+            if self.drop:  # read once to compare: out of the page cache again
+                with contextlib.suppress(OSError):
+                    os.posix_fadvise(fd, blob.offset + start, size, os.POSIX_FADV_DONTNEED)
         return buf
 
     def sample(self, blob: Blob) -> bytes:
@@ -131,6 +138,7 @@ def content_classes(
     blobs: Sequence[Blob],
     files: SourceFiles,
     progress: Callable[[int], None] | None = None,
+    drop_behind: bool = False,
 ) -> list[int]:
     """A class per blob: two blobs get the same class when their bytes are equal.
 
@@ -139,6 +147,7 @@ def content_classes(
         files: the call's opened source files.
         progress: called with the number of bytes compared so far (at most
             :func:`comparison_bound`), after each chunk.
+        drop_behind: drop what was read from the page cache as it is read.
 
     Returns:
         One class number per blob, the number of the first blob of its class.
@@ -158,7 +167,7 @@ def content_classes(
                 continue
             by_span[span] = i
         by_length.setdefault(blob.length, []).append(i)
-    reader = _Reader(files, progress)
+    reader = _Reader(files, progress, drop_behind)
     for length, members in by_length.items():
         if len(members) < 2 or length == 0:
             if length == 0:  # every empty tensor is every other

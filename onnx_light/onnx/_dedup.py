@@ -24,6 +24,7 @@ from ._content import Blob, comparison_bound, content_classes
 from ._errors import ExternalDataError, shown
 from ._external import place
 from ._gc import paused_gc
+from ._memory import drop_by_default
 from ._options import (
     check_alignment,
     check_chunk_size,
@@ -245,7 +246,9 @@ def deduplicate_external_data(
         blobs = [_blob(it) for it in items] + [r.blob for r in reused]
         bound = comparison_bound(blobs)
         report = _Phases(progress, bound, sum(it.size for it in items))
-        classes = content_classes(blobs, files, report.comparing)
+        if drop_behind is None:  # decided once, for the comparison and the copy
+            drop_behind = drop_by_default(bound + sum(it.size for it in items))
+        classes = content_classes(blobs, files, report.comparing, drop_behind)
         home = {}  # class -> the reused range holding its bytes
         for k, r in enumerate(reused):
             home.setdefault(classes[len(items) + k], r)

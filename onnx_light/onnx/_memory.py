@@ -31,8 +31,21 @@ def _read_int(path: str) -> int | None:
     return None
 
 
+def _stat(path: str, key: str) -> int:
+    """One counter of a cgroup's ``memory.stat`` (0 when absent)."""
+    with contextlib.suppress(OSError, ValueError), open(path) as f:
+        for line in f:
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    return 0
+
+
 def _cgroup_room() -> int | None:
-    """The memory cgroup's limit minus what it holds, for v2 then v1; None: no limit."""
+    """The memory cgroup's limit minus what it holds that cannot simply be dropped,
+    for v2 then v1; None: no limit. The inactive file cache is room: the kernel
+    reclaims it first, and a container's usage sits near its limit once old
+    files fill its cache."""
     with contextlib.suppress(OSError):
         with open("/proc/self/cgroup") as f:
             lines = f.read().splitlines()
@@ -40,20 +53,18 @@ def _cgroup_room() -> int | None:
             hid, controllers, path = line.split(":", 2)
             if hid == "0" and controllers == "":  # v2
                 base = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
-                limit, usage = (
-                    _read_int(os.path.join(base, "memory.max")),
-                    _read_int(os.path.join(base, "memory.current")),
-                )
+                limit = _read_int(os.path.join(base, "memory.max"))
+                usage = _read_int(os.path.join(base, "memory.current"))
+                idle = _stat(os.path.join(base, "memory.stat"), "inactive_file")
             elif "memory" in controllers.split(","):  # v1
                 base = os.path.join("/sys/fs/cgroup/memory", path.lstrip("/"))
-                limit, usage = (
-                    _read_int(os.path.join(base, "memory.limit_in_bytes")),
-                    _read_int(os.path.join(base, "memory.usage_in_bytes")),
-                )
+                limit = _read_int(os.path.join(base, "memory.limit_in_bytes"))
+                usage = _read_int(os.path.join(base, "memory.usage_in_bytes"))
+                idle = _stat(os.path.join(base, "memory.stat"), "total_inactive_file")
             else:
                 continue
             if limit is not None and limit < _NO_LIMIT and usage is not None:
-                return max(0, limit - usage)
+                return max(0, limit - max(0, usage - idle))
     return None
 
 
