@@ -71,6 +71,9 @@ class Progress:
                     file=sys.stderr,
                     leave=False,
                 )
+            if total != self.bar.total:  # a total that changed (dedup: once compared)
+                self.bar.total = total
+                self.bar.refresh()
             self.bar.update(done - self.last)
             self.last = done
             return

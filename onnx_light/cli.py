@@ -312,8 +312,13 @@ def _dedup_summary(
         if len(result.weights_paths) > 1:
             where = f"{len(result.weights_paths)} shards ({where}, ...)"
         lines.append(f"weights: {where} {_aligned(args.alignment)}")
-    else:
+    elif result.bytes_reused:
         lines.append("weights: none written, every tensor points into a reused file")
+    else:
+        lines.append(
+            f"weights: none written, no tensor of {args.size_threshold} bytes or more to move "
+            "(smaller ones stay in their model)"
+        )
     if args.prune and not args.in_place:
         lines.append("--prune: nothing to prune, the sources were not replaced (not in place)")
     lines.extend(_left_over(result))

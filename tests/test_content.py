@@ -36,3 +36,33 @@ def test_a_difference_anywhere_splits_and_equal_bytes_join(tmp_path, length):
     assert 0 not in others and len(set(others)) == len(others)
     assert comparison_bound(blobs) >= 0
     assert os.path.getsize(path) == length * len(pieces)
+
+
+def test_many_look_alikes_cost_a_pass_each_not_a_comparison_per_pair(tmp_path, monkeypatch):
+    """200 tensors of one length, equal in the sampled bytes, different elsewhere:
+    every one is read a bounded number of times (it used to be compared with every
+    earlier one: quadratic)."""
+    import onnx_light.onnx._content as content
+
+    n, length = 200, 64 * 1024
+    path = tmp_path / "data"
+    with open(path, "wb") as f:
+        for i in range(n):
+            block = bytearray(length)
+            block[16384:16388] = i.to_bytes(4, "little")  # outside the three samples
+            f.write(block)
+    read = [0]
+    real = content._Reader.read
+
+    def counting(self, blob, start, size, which=0):
+        read[0] += size
+        return real(self, blob, start, size, which)
+
+    monkeypatch.setattr(content._Reader, "read", counting)
+    with SourceFiles() as files:
+        source = files.data(str(tmp_path), (str(tmp_path.resolve()),), "data", "t")
+        blobs = [Blob(length, source, i * length) for i in range(n)]
+        classes = content_classes(blobs, files)
+    assert classes == list(range(n))  # all different
+    assert read[0] <= 3 * n * length  # linear: samples, then one digest pass each
+    assert read[0] <= comparison_bound(blobs) + n * 3 * content.SAMPLE

@@ -70,3 +70,14 @@ def test_info_on_a_100_gib_model_reads_only_its_metadata(tmp_path):
     rchar = int(done.stdout.split("RCHAR")[-1])
     assert rchar < 64 * 2**20, f"info read {rchar} bytes of a 100 GiB model"
     assert "100.0 GiB" in done.stdout, done.stdout[-2000:]
+
+
+def test_the_tqdm_bar_learns_a_total_that_shrinks():
+    import pytest
+
+    pytest.importorskip("tqdm")
+    bar = Progress("dedup 2 models")
+    bar(100, 1000)
+    bar(400, 400)
+    assert bar.bar.total == 400 and bar.bar.n == 400
+    bar.close()

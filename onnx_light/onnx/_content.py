@@ -2,10 +2,12 @@
 
 Identical tensors are found without loading a model: candidates are grouped
 by length, then by a digest of three small samples (the first, middle and
-last 4 KiB), and the survivors are compared byte for byte, chunk by chunk,
-from the descriptors the sources were opened with. Memory holds two chunks,
-whatever the sizes of the models. Sharing is decided by the comparison
-alone, never by a digest.
+last 4 KiB); groups of more than two are split by a digest of all their
+bytes (one pass each, so many look-alikes cost linear time, not a
+comparison per pair); the survivors are compared byte for byte, chunk by
+chunk, from the descriptors the sources were opened with. Memory holds two
+chunks, whatever the sizes of the models. Sharing is decided by the
+comparison alone, never by a digest.
 
 A blob is anything whose bytes can be read: a range of an opened source
 file, or bytes in memory (a tensor's ``raw_data``, a typed field converted).
@@ -100,12 +102,25 @@ class _Reader:
         """True when the two blobs (of one length) hold the same bytes."""
         for start in range(0, a.length, CHUNK):
             size = min(CHUNK, a.length - start)
-            if not _same(self.read(a, start, size, 0), self.read(b, start, size, 1)):
+            same = _same(self.read(a, start, size, 0), self.read(b, start, size, 1))
+            self._count(2 * size)
+            if not same:
                 return False
-            self.compared += 2 * size
-            if self.progress is not None:
-                self.progress(self.compared)
         return True
+
+    def digest(self, blob: Blob) -> bytes:
+        """A BLAKE2b digest of all the bytes: splits a large group in one pass."""
+        h = hashlib.blake2b(digest_size=32)
+        for start in range(0, blob.length, CHUNK):
+            size = min(CHUNK, blob.length - start)
+            h.update(self.read(blob, start, size))
+            self._count(size)
+        return h.digest()
+
+    def _count(self, n: int) -> None:
+        self.compared += n
+        if self.progress is not None:
+            self.progress(self.compared)
 
 
 def _same(x: memoryview, y: memoryview) -> bool:
@@ -131,7 +146,10 @@ def comparison_bound(blobs: Sequence[Blob]) -> int:
                 continue
             spans.add(blob.span)
         by_length[blob.length] = by_length.get(blob.length, 0) + 1
-    return sum(2 * length * (k - 1) for length, k in by_length.items() if k > 1)
+    # a pair compares its two blobs; a larger group digests each, then compares each
+    return sum(
+        (2 * length if k == 2 else 3 * length * k) for length, k in by_length.items() if k > 1
+    )
 
 
 def content_classes(
@@ -182,7 +200,19 @@ def content_classes(
                 for i in group:
                     classes[i] = group[0]
             continue
-        for group in by_sample.values():
+        groups = list(by_sample.values())
+        if any(len(g) > 2 for g in groups):  # many candidates: one pass each, not one per pair
+            split = []
+            for group in groups:
+                if len(group) <= 2:
+                    split.append(group)
+                    continue
+                by_digest: dict[bytes, list[int]] = {}
+                for i in group:
+                    by_digest.setdefault(reader.digest(blobs[i]), []).append(i)
+                split.extend(by_digest.values())
+            groups = split
+        for group in groups:
             heads: list[int] = []  # the first blob of each class met so far
             for i in group:
                 for head in heads:
