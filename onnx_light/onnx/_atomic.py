@@ -239,11 +239,12 @@ class AtomicFiles:
             OSError: a rename failed; the renames already made were undone.
         """
         durable = self.durable or any(os.path.lexists(e.final) for e in self._pending)
+        if durable:  # data and metadata on the disk before any rename (an interrupt
+            for entry in self._pending:  # here removes the temporary files: nothing lost)
+                _fsync_file(entry)
         with critical():
             try:
                 for entry in self._pending:
-                    if durable:  # data and metadata on the disk before any rename
-                        _fsync_file(entry)
                     if entry.fd >= 0:
                         fd, entry.fd = entry.fd, -1
                         os.close(fd)
