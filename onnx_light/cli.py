@@ -109,6 +109,23 @@ def _output(text: str) -> str:
     return text
 
 
+def _with_progress(args: argparse.Namespace, label: str, call):
+    """``call(progress)`` with a progress bar on a terminal (not with ``-q``).
+
+    Returns:
+        ``(what the call returned, seconds it took)``.
+    """
+    show = not args.quiet and sys.stderr.isatty()
+    progress = Progress(label) if show else None
+    start = time.perf_counter()
+    try:
+        result = call(progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    return result, time.perf_counter() - start
+
+
 def cmd_align(args: argparse.Namespace) -> int:
     """Run ``onnx-light align``.
 
@@ -119,11 +136,10 @@ def cmd_align(args: argparse.Namespace) -> int:
     Returns:
         The exit code, 0.
     """
-    show = not args.quiet and sys.stderr.isatty()
-    progress = Progress(f"align {os.path.basename(args.src)}") if show else None
-    start = time.perf_counter()
-    try:
-        result = align_external_data_streaming(
+    result, elapsed = _with_progress(
+        args,
+        f"align {os.path.basename(args.src)}",
+        lambda progress: align_external_data_streaming(
             args.src,
             args.dst,
             args.weights,
@@ -137,11 +153,8 @@ def cmd_align(args: argparse.Namespace) -> int:
             remove_unreferenced=args.prune,
             durable=args.durable,
             drop_behind=args.drop_behind,
-        )
-    finally:
-        if progress is not None:
-            progress.close()
-    elapsed = time.perf_counter() - start
+        ),
+    )
     if not args.quiet:
         print(_align_summary(args, result, elapsed))
     return 0
@@ -210,12 +223,11 @@ def cmd_dedup(args: argparse.Namespace) -> int:
     weights = args.weights
     if weights is None:
         weights = os.path.basename(dsts[0]) + ".data" if len(dsts) == 1 else DEDUP_WEIGHTS
-    show = not args.quiet and sys.stderr.isatty()
     label = os.path.basename(srcs[0]) if len(srcs) == 1 else f"{len(srcs)} models"
-    progress = Progress(f"dedup {label}") if show else None
-    start = time.perf_counter()
-    try:
-        result = deduplicate_external_data(
+    result, elapsed = _with_progress(
+        args,
+        f"dedup {label}",
+        lambda progress: deduplicate_external_data(
             srcs,
             dsts,
             weights,
@@ -228,11 +240,8 @@ def cmd_dedup(args: argparse.Namespace) -> int:
             chunk_size=args.chunk_size,
             durable=args.durable,
             drop_behind=args.drop_behind,
-        )
-    finally:
-        if progress is not None:
-            progress.close()
-    elapsed = time.perf_counter() - start
+        ),
+    )
     if not args.quiet:
         print(_dedup_summary(args, result, len(srcs), elapsed))
     return 0
