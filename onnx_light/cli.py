@@ -534,6 +534,32 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{PROG}: error: {message} (see {self.prog} --help)\n")
 
 
+def _add_write_flags(p: argparse.ArgumentParser, models: str) -> None:
+    """The flags of every command that writes models: --prune, --durable,
+    --drop-behind, -q."""
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help=f"in place: delete the weights files the old {models} used and no .onnx of the "
+        "folder references any more (listed either way)",
+    )
+    p.add_argument(
+        "--durable",
+        action="store_true",
+        help="flush the new files and their folder to the disk before returning (fsync), "
+        "even into a new folder; in place (replacing files) it is always done",
+    )
+    p.add_argument(
+        "--drop-behind",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="drop the copied ranges from the page cache as the copy goes (written to disk "
+        "first), so the rest of the cache stays; default: only when the copy exceeds the "
+        "memory available (MemAvailable, or the memory cgroup's room)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``onnx-light`` argument parser, with its four subcommands.
 
@@ -610,27 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write external tensors smaller than BYTES inline in DST (onnxruntime refuses "
         "some small inputs, a shape or axes, stored as external data)",
     )
-    p.add_argument(
-        "--prune",
-        action="store_true",
-        help="in place: delete the weights files the old model used and no .onnx of the "
-        "folder references any more (listed either way)",
-    )
-    p.add_argument(
-        "--durable",
-        action="store_true",
-        help="flush the new files and their folder to the disk before returning (fsync), "
-        "even into a new folder; in place (replacing files) it is always done",
-    )
-    p.add_argument(
-        "--drop-behind",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="drop the copied ranges from the page cache as the copy goes (written to disk "
-        "first), so the rest of the cache stays; default: only when the copy exceeds the "
-        "memory available (MemAvailable, or the memory cgroup's room)",
-    )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
+    _add_write_flags(p, "model")
     p.set_defaults(func=cmd_align)
 
     p = sub.add_parser(
@@ -705,27 +711,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="bytes per copy call, e.g. 4M (default: 4 MiB)",
     )
-    p.add_argument(
-        "--prune",
-        action="store_true",
-        help="in place: delete the weights files the old models used and no .onnx of the "
-        "folder references any more (listed either way)",
-    )
-    p.add_argument(
-        "--durable",
-        action="store_true",
-        help="flush the new files and their folder to the disk before returning (fsync), "
-        "even into a new folder; in place (replacing files) it is always done",
-    )
-    p.add_argument(
-        "--drop-behind",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="drop the copied ranges from the page cache as the copy goes (written to disk "
-        "first), so the rest of the cache stays; default: only when the copy exceeds the "
-        "memory available (MemAvailable, or the memory cgroup's room)",
-    )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
+    _add_write_flags(p, "models")
     p.set_defaults(func=cmd_dedup)
 
     p = sub.add_parser(
