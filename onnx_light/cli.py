@@ -222,7 +222,8 @@ def cmd_dedup(args: argparse.Namespace) -> int:
     srcs, dsts = args.sources, _dedup_destinations(args)
     weights = args.weights
     if weights is None:
-        weights = os.path.basename(dsts[0]) + ".data" if len(dsts) == 1 else DEDUP_WEIGHTS
+        name = os.path.basename(dsts[0]) + ".data" if len(dsts) == 1 else DEDUP_WEIGHTS
+        weights = os.path.join(os.path.dirname(os.path.abspath(dsts[0])), name)
     label = os.path.basename(srcs[0]) if len(srcs) == 1 else f"{len(srcs)} models"
     result, elapsed = _with_progress(
         args,
@@ -588,8 +589,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--weights",
         type=_output,
         metavar="PATH",
-        help="the new weights file, relative to DST's folder and inside it "
-        "(default: DST.data, e.g. model.onnx.data)",
+        help="the new weights file, inside DST's folder: a path from the current folder "
+        "(out/w.data) or from DST's folder (w.data) (default: DST.data, e.g. model.onnx.data)",
     )
     p.add_argument(
         "--alignment",
@@ -668,7 +669,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--weights",
         type=_output,
         metavar="NAME",
-        help="the shared weights file, relative to the destination folder and inside it "
+        help="the shared weights file, inside the destination folder: a path from the "
+        "current folder or from that folder "
         f"(default: {DEDUP_WEIGHTS}; with one model, its name + .data, e.g. model.onnx.data)",
     )
     p.add_argument(

@@ -42,6 +42,7 @@ import onnx
 import pandas
 
 import onnx_light.onnx as onnxl
+import onnx_light.onnx.numpy_helper as onh
 from onnx_light.bench import (
     PeakMemory,
     describe_machine,
@@ -62,7 +63,7 @@ src = os.path.join(folder, "model.onnx")
 model = make_gemm_model(N_WEIGHTS, DIM)
 # Real models mix tensor sizes: a table of 1,000 int64 ids (8,000 bytes, not a
 # multiple of 4096) placed first shifts every following weight off the page.
-ids = onnxl.numpy_helper.from_array(np.arange(1000, dtype=np.int64), "class_ids")
+ids = onh.from_array(np.arange(1000, dtype=np.int64), "class_ids")
 model.graph.initializer.insert(0, ids)
 onnx.save_model(model, src, save_as_external_data=True, location="model.onnx.data")
 del model
@@ -109,21 +110,24 @@ placement(meta).set_index("name").head(6).rename(
 # The two approaches
 # ------------------
 #
-# Each function writes an aligned copy of the model under its own name.
-# The in-memory one loads every weight (``load_external_data=True`` is the
-# default), the streaming one never does.
+# Each function writes an aligned copy of the model under its own name, its
+# weights in a file beside it (a path built with :func:`os.path.join`, as the
+# model's). The in-memory one loads every weight (``load_external_data=True``
+# is the default) and saves with ``ModelProto.SerializeToFile(path, options,
+# weights_path)``, which means ``onnxl.save(model, path, location=weights_path,
+# options=options)``; the streaming one never loads a weight.
 
 
 def in_memory(dst: str) -> None:
-    loaded = onnxl.load(src)
+    loaded = onnxl.load(src, load_external_data=True)
     opts = onnxl.SerializeOptions()
     opts.alignment = ALIGNMENT
-    onnxl.save(loaded, dst, location=os.path.basename(dst) + ".data", options=opts)
+    loaded.SerializeToFile(dst, opts, dst + ".data")
 
 
 def streaming(dst: str) -> None:
     onnxl.align_external_data_streaming(
-        src, dst, os.path.basename(dst) + ".data", alignment=ALIGNMENT
+        src_onnx_path=src, dst_onnx_path=dst, dst_weights_path=dst + ".data", alignment=ALIGNMENT
     )
 
 
@@ -359,7 +363,7 @@ limit = max(weights * MiB / 3, 1)  # about three shards
 onnxl.align_external_data_streaming(
     src,
     os.path.join(folder, "sharded.onnx"),
-    "sharded.onnx.data",
+    os.path.join(folder, "sharded.onnx.data"),
     alignment=ALIGNMENT,
     max_shard_size=int(limit),
 )

@@ -1,7 +1,12 @@
 """``onnx_light.onnx``: onnx's protos and helpers, plus memory-light load and save.
 
 The proto classes are the very classes of the ``onnx`` package, so everything
-interoperates with onnx, onnxruntime and onnx-ir::
+interoperates with onnx, onnxruntime and onnx-ir. ``onnx_light.onnx.helper``
+and ``onnx_light.onnx.numpy_helper`` are onnx's own modules (``import
+onnx_light.onnx.helper as oh`` works and gives :mod:`onnx.helper` itself).
+Importing this package adds one method to :class:`onnx.ModelProto`,
+``SerializeToFile(path, options=None, weights_path=None)``, the in-memory
+save of :func:`save`; nothing else of onnx changes::
 
     import onnx_light.onnx as onnxl
 
@@ -10,6 +15,8 @@ interoperates with onnx, onnxruntime and onnx-ir::
     opts.alignment = 4096
     onnxl.save(model, "aligned.onnx", location="aligned.onnx.data", options=opts)
 """
+
+import sys
 
 from onnx import (
     AttributeProto,
@@ -31,9 +38,15 @@ from ._align import AlignResult
 from ._dedup import DedupResult, deduplicate_external_data
 from ._edit import save_edited
 from ._errors import ExternalDataError
-from ._io import load, save
+from ._io import load, save, serialize_to_file
 from ._options import SerializeOptions
 from ._streaming import align_external_data_streaming, save_model_with_shared_external_data
+
+# onnx's own submodules, importable as ``onnx_light.onnx.helper`` (the same objects)
+sys.modules[__name__ + ".helper"] = helper
+sys.modules[__name__ + ".numpy_helper"] = numpy_helper
+if not hasattr(ModelProto, "SerializeToFile"):  # onnx has none: the one method added
+    ModelProto.SerializeToFile = serialize_to_file
 
 __all__ = [
     "AlignResult",

@@ -117,10 +117,11 @@ class AlignResult(int):
 
 
 def default_weights(dst_onnx_path: str | os.PathLike, shard_naming: str = "onnx-ir") -> str:
-    """The weights file's name when the caller gives none: ``DST.data``, or
-    ``DST_data`` with transformers.js's naming (the name its loader derives)."""
-    name = os.path.basename(os.fsdecode(dst_onnx_path))
-    return name + ("_data" if shard_naming == TRANSFORMERS_JS else ".data")
+    """The weights file when the caller gives none: ``DST.data``, or ``DST_data``
+    with transformers.js's naming (the name its loader derives), beside ``DST``
+    (an absolute path, so no reading from the current folder applies)."""
+    path = os.path.abspath(os.fsdecode(dst_onnx_path))
+    return path + ("_data" if shard_naming == TRANSFORMERS_JS else ".data")
 
 
 def align_model(

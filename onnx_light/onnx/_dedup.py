@@ -178,8 +178,9 @@ def deduplicate_external_data(
         src_onnx_paths: the source models, a list.
         dst_onnx_paths: one destination per source, all in one folder. The
             sources themselves (every one) deduplicate in place.
-        dst_weights_path: the weights file they share, relative to that
-            folder (or inside it).
+        dst_weights_path: the weights file they share, inside that folder,
+            read as ``save``'s ``location`` (a path from the current folder
+            into it, or a path from it).
         alignment: offsets are multiples of it (0 or 1: dense).
         size_threshold: inline tensors of at least this many bytes move out
             and take part; smaller ones stay in their model.

@@ -109,8 +109,9 @@ def save_edited(
             folder of ``src_onnx_path``.
         src_onnx_path: the ``.onnx`` the model was loaded from.
         dst_onnx_path: the new ``.onnx``; never the source itself.
-        dst_weights_path: its weights file, relative to the folder of
-            ``dst_onnx_path`` and inside it. None (default): ``DST.data``.
+        dst_weights_path: its weights file, inside the folder of
+            ``dst_onnx_path``, read as ``save``'s ``location``. None
+            (default): ``DST.data``.
             Created only when some tensor goes there.
         share_weights: keep the references to the source's weights (True)
             or write a compact copy (False).

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import onnx
 
 from ._atomic import folder_lock
-from ._errors import ExternalDataError, shown
+from ._errors import shown
 from ._external import TensorRef, set_inline
 from ._files import read_refs, read_whole
 from ._options import SerializeOptions, check_num_threads, check_options, check_progress
@@ -125,8 +125,12 @@ def save(
     Args:
         model: the model to save.
         path: the destination ``.onnx`` file.
-        location: the weights file, relative to ``path``'s folder (as in
-            onnx: a name is placed next to ``path``) and inside it.
+        location: the weights file, inside ``path``'s folder: a path from
+            the current folder into that folder
+            (``os.path.join(out_dir, "m.onnx.data")``), or, as in onnx, a
+            path from that folder (a name is placed next to ``path``).
+            Recorded relative to the folder; a path both readings could
+            mean is refused.
         options: a :class:`SerializeOptions` (defaults when None).
         progress: ``progress(done_bytes, total_bytes)`` while the weights
             file is written, at least once per 4 MiB and last with
@@ -168,4 +172,48 @@ def save(
         plan.write(progress=progress)
 
 
-__all__ = ["load", "save", "ExternalDataError"]
+def serialize_to_file(
+    self: onnx.ModelProto,
+    path: str | os.PathLike,
+    options: SerializeOptions | None = None,
+    weights_path: str | os.PathLike | None = None,
+) -> None:
+    """``ModelProto.SerializeToFile``: save this model, as :func:`save` does.
+
+    ``model.SerializeToFile(path, options, weights_path)`` means
+    ``save(model, path, location=weights_path, options=options)``:
+    without ``weights_path`` a single file; with it, the tensors of at
+    least ``options.size_threshold`` bytes in that weights file (a path
+    read by the rule of :func:`save`'s ``location``), at offsets aligned to
+    ``options.alignment``. ``options.use_external_data_location`` is
+    honoured as in :func:`save`.
+
+    onnx has no such method: importing :mod:`onnx_light.onnx` adds this
+    one to :class:`onnx.ModelProto` (and nothing else), so code written for
+    the onnx-light API runs unmodified.
+
+    Args:
+        self: the model to save.
+        path: the destination ``.onnx`` file.
+        options: a :class:`SerializeOptions` (defaults when None).
+        weights_path: the weights file, or None for a single file.
+
+    Raises:
+        ValueError, FileNotFoundError, ExternalDataError, TypeError: as
+        :func:`save`.
+
+    Examples:
+        The in-memory save of a loaded model, aligned to 4096::
+
+            import onnx_light.onnx as onnxl
+            from onnx_light.bench import make_gemm_model
+
+            model = make_gemm_model(4, 256)
+            opts = onnxl.SerializeOptions()
+            opts.alignment = 4096
+            model.SerializeToFile("inmem.onnx", opts, "inmem.data")
+    """
+    save(self, path, location=weights_path, options=options)
+
+
+__all__ = ["load", "save", "serialize_to_file"]

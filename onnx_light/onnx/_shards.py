@@ -73,7 +73,11 @@ class WeightsFiles:
         self.locations = [shard_name(base, i, count, naming) for i in range(count)]
         self.paths = [base_path] if count == 1 else []
         if count > 1:
-            self.paths = [weights_destination(onnx_path, loc)[0] for loc in self.locations]
+            folder = os.path.dirname(os.path.abspath(onnx_path))  # derived names: no cwd reading
+            self.paths = [
+                weights_destination(onnx_path, os.path.join(folder, loc))[0]
+                for loc in self.locations
+            ]
         self.placement: list[tuple[str, int]] = [("", 0)] * len(items)
         for shard, loc in zip(self.shards, self.locations, strict=True):
             for i, offset in zip(shard.items, shard.layout.offsets, strict=True):

@@ -56,9 +56,10 @@ def align_external_data_streaming(
     Args:
         src_onnx_path: the model to re-align.
         dst_onnx_path: the new ``.onnx``.
-        dst_weights_path: the new weights file, relative to the folder of
-            ``dst_onnx_path`` (as in onnx: a name is placed next to it) and
-            inside it. None (default): ``DST.data`` as the command line
+        dst_weights_path: the new weights file, inside the folder of
+            ``dst_onnx_path``, read as ``save``'s ``location`` (a path from
+            the current folder into that folder, or, as in onnx, a path from
+            that folder: a name is placed next to it). None (default): ``DST.data`` as the command line
             names it (``model.onnx.data`` for ``model.onnx``), or
             ``DST_data`` with ``shard_naming="transformers.js"``.
         alignment: a power of two >= 1.

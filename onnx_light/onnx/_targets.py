@@ -65,11 +65,11 @@ def destination_dir(path: str) -> str:
 def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[str, str]:
     """Where a weights file goes, and the location to record for it.
 
-    A relative ``location`` is relative to the folder of ``onnx_path``, as
-    in onnx and onnx-ir (``sub/w.data`` is ``<model folder>/sub/w.data``,
-    whatever the working directory); an absolute one must lie inside that
-    folder. Either way the file must lie inside it once symlinks are
-    resolved, and is recorded relative to it.
+    ``location`` is read by :func:`weights_target`'s rule (a path from the
+    current folder that names the model's folder or a folder inside it, or
+    else a path from the model's folder, as in onnx and onnx-ir); the file
+    must lie inside the model's folder once symlinks are resolved, and is
+    recorded relative to it.
 
     Args:
         onnx_path: the destination ``.onnx`` file.
@@ -80,14 +80,15 @@ def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[st
 
     Raises:
         ValueError: the weights file would be outside the model folder, is
-            the model file itself, or has a name a location cannot record
-            (not UTF-8, or one ``load`` would refuse).
+            the model file itself, has a name a location cannot record
+            (not UTF-8, or one ``load`` would refuse), or ``location`` is
+            ambiguous (see :func:`weights_target`).
     """
     location = os.fsdecode(location)
     folder = os.path.dirname(os.path.abspath(onnx_path))
     if not location or location.endswith(("/", os.sep)):
         raise ValueError(f"weights location {shown(location)} is not a file name")
-    target = os.path.normpath(os.path.join(folder, location))
+    target = weights_target(folder, location)
     if not is_inside(target, folder):
         raise ValueError(
             f"weights file {shown(location)} is {shown(target)}: it must lie inside the model's folder "
@@ -117,6 +118,61 @@ def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[st
     except ExternalDataError as e:
         raise ValueError(f"{e}; choose another name") from None
     return target, recorded
+
+
+def weights_target(folder: str, location: str) -> str:
+    """The file a weights path names, for a model in ``folder``: one rule for every writer.
+
+    A weights path may be written as onnx writes it, from the model's folder
+    (``save(m, "out/m.onnx", location="m.onnx.data")``), or as a path from
+    the current folder (``location=os.path.join("out", "m.onnx.data")``):
+
+    - an absolute path is that path;
+    - a relative path whose folder, read from the current folder, is the
+      model's folder or lies inside it (compared as folders, links resolved)
+      names that place;
+    - any other relative path is read from the model's folder.
+
+    When both readings are possible places (both folders exist) and name
+    different files, the path is ambiguous and refused. A path whose folder
+    exists only when read from the current folder, outside the model's
+    folder, is refused as outside (not read as a missing subfolder).
+
+    Args:
+        folder: the model's folder (absolute).
+        location: the weights path, as the caller wrote it.
+
+    Returns:
+        The absolute path of the weights file (not yet checked to lie inside
+        ``folder``).
+
+    Raises:
+        ValueError: ``location`` is ambiguous, or lies outside the model's
+            folder read from the current folder: the message gives both readings.
+    """
+    if os.path.isabs(location):
+        return os.path.normpath(location)
+    by_model = os.path.normpath(os.path.join(folder, location))
+    by_cwd = os.path.abspath(location)
+    if by_cwd == by_model or real_entry(by_cwd) == real_entry(by_model):
+        return by_model
+    cwd_there = os.path.isdir(os.path.dirname(by_cwd))
+    model_there = os.path.isdir(os.path.dirname(by_model))
+    if not is_inside(os.path.realpath(os.path.dirname(by_cwd)), os.path.realpath(folder)):
+        if cwd_there and not model_there:  # meant from the current folder, surely
+            raise ValueError(
+                f"weights file {shown(location)} is {shown(by_cwd)} from the current folder: it "
+                f"must lie inside the model's folder {shown(folder)} (from that folder it would "
+                f"be {shown(by_model)}, whose folder does not exist)"
+            )
+        return by_model
+    if cwd_there and model_there:
+        raise ValueError(
+            f"weights path {shown(location)} is ambiguous: from the current folder it is "
+            f"{shown(by_cwd)}, from the model's folder {shown(folder)} it is {shown(by_model)}; "
+            "pass an absolute path (os.path.join(folder, name) with an absolute folder)"
+        )
+    return by_model if model_there else by_cwd
 
 
 def real_entry(path: str) -> tuple[str, str]:
