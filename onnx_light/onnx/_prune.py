@@ -17,7 +17,7 @@ import warnings
 from ._errors import shown
 from ._readers import Listings, is_model_name, readers, stored_spelling
 from ._signals import critical
-from ._sources import SourceFile
+from ._sources import SourceFile, identity
 
 
 def _foreign(path: str) -> bool:
@@ -44,16 +44,17 @@ def unreferenced(model_path: str, old: list[SourceFile], new: list[str]) -> list
     """
     listings = Listings()
     fresh = {stored_spelling(p, listings) for p in new}
+    fresh_ids = {identity(p) for p in new} - {None}
     model = stored_spelling(model_path, listings)
     candidates: dict[str, str] = {}
     for source in old:
         stored = stored_spelling(source.path, listings)
         if stored in fresh or stored == model or is_model_name(stored) or _foreign(stored):
             continue
-        with contextlib.suppress(OSError):
-            st = os.stat(stored)
-            if (st.st_dev, st.st_ino) == source.identity:  # still the file read
-                candidates.setdefault(stored, source.path)
+        if source.identity in fresh_ids:  # the new model reads it under another name
+            continue
+        if identity(stored) == source.identity:  # still the file read
+            candidates.setdefault(stored, source.path)
     if not candidates:
         return []
     read, unreadable = readers(list(candidates.values()), os.path.dirname(model), set(), listings)

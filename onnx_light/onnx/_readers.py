@@ -7,9 +7,13 @@ reads the bytes inside another ``.onnx``. Before a call replaces an existing
 file, and before it deletes one it left behind, it asks which ``.onnx`` of
 the folder (and of the folders between it and the file) reads it.
 
-Names are compared as their folders store them (:func:`stored_spelling`):
-on a filesystem that does not tell upper from lower case, ``M.DATA`` in a
-model is ``m.data`` on disk.
+Files, not names: a model reads a file when one of its references resolves
+to it, compared by identity (device and inode, links followed: a symbolic
+link or a hard link in the folder is the file it names), and by name as its
+folder stores it (:func:`stored_spelling`: on a filesystem that does not
+tell upper from lower case, ``M.DATA`` in a model is ``m.data`` on disk; on
+FUSE two spellings of one file may give two inode numbers, so names are
+compared too).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass, field
 
 from ._external import read_entries
 from ._scan import scan_model
-from ._sources import SourceFiles, is_inside
+from ._sources import SourceFiles, identity, is_inside
 from ._tensors import is_external, iter_tensors
 
 
@@ -101,6 +105,11 @@ def readers(
         not be read)``.
     """
     wanted = {stored_spelling(p, listings): p for p in paths}
+    by_identity = {}
+    for stored, path in wanted.items():
+        ident = identity(stored)
+        if ident is not None:
+            by_identity.setdefault(ident, path)
     root = os.path.realpath(root)
     folders = {root}
     for path in wanted:
@@ -124,6 +133,8 @@ def readers(
             except (ValueError, OSError):
                 unreadable.append(model)
                 continue
-            for path in read & wanted.keys():
-                found.setdefault(wanted[path], model)
+            for path in read:
+                hit = wanted.get(path) or by_identity.get(identity(path))
+                if hit is not None:
+                    found.setdefault(hit, model)
     return found, unreadable

@@ -95,7 +95,8 @@ def _source(path: str, st: os.stat_result, label: str, real: str) -> SourceFile:
     )
 
 
-def _identity(path: str) -> tuple[int, int] | None:
+def identity(path: str) -> tuple[int, int] | None:
+    """``(device, inode)`` of the file ``path`` names, links followed (None: none there)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -178,7 +179,7 @@ class SourceFiles:
         # folder of the real path is where its data may also lie
         real = os.path.realpath(path)
         if not (
-            (fst.st_dev, fst.st_ino) == (st.st_dev, st.st_ino) == _identity(real)
+            (fst.st_dev, fst.st_ino) == (st.st_dev, st.st_ino) == identity(real)
             and stat.S_ISREG(fst.st_mode)
         ):
             os.close(fd)
@@ -239,7 +240,7 @@ class SourceFiles:
             if not (
                 (fst.st_dev, fst.st_ino) == (st.st_dev, st.st_ino)
                 and os.path.realpath(path) == real
-                and _identity(real) == (fst.st_dev, fst.st_ino)
+                and identity(real) == (fst.st_dev, fst.st_ino)
             ):
                 raise ExternalDataError(
                     f"tensor {label}: external data file {shown(path)} was replaced while "

@@ -1,0 +1,214 @@
+"""Other readers are found by the files they read, not by the names they use.
+
+``m/a.onnx`` stores its weights in ``a.onnx.data``; ``m/link.data`` is a
+symbolic link to it, or a second hard link; ``m/c.onnx`` is a copy of
+``a.onnx`` whose references say ``link.data``. onnx-light's ``load``,
+``verify`` and onnxruntime read ``c.onnx`` through a symbolic link, so an
+in-place rewrite of ``a.onnx`` must never replace ``a.onnx.data``, and no
+prune may delete it, through the API or the command line. A data file with
+two hard links is refused as a source (as onnx refuses it) before anything is
+written; a destination that is a hard link of a file another model reads is
+refused too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import onnx
+import pytest
+from conftest import (
+    assert_clean_failure,
+    folder_digest,
+    read_back,
+    save_two_file,
+    tensor_bytes,
+    uint8_model,
+)
+from conftest import run_cli as _cli
+
+import onnx_light.onnx as onnxl
+
+LINKS = ["symlink", "hardlink"]
+
+
+@pytest.fixture(params=LINKS)
+def folder(request, tmp_path):
+    """``(folder, the tensors' bytes)``: a.onnx, a.onnx.data, link.data and c.onnx.
+
+    With a hard link, every call below is refused before it writes (the
+    source's data file has two links): ``_outcome`` expects that."""
+    m = tmp_path / "m"
+    m.mkdir()
+    model = uint8_model(2, 6000)
+    save_two_file(model, m / "a.onnx", size_threshold=0)
+    if request.param == "symlink":
+        os.symlink("a.onnx.data", m / "link.data")
+    else:
+        os.link(m / "a.onnx.data", m / "link.data")
+    view = onnx.load(str(m / "a.onnx"), load_external_data=False)
+    for t in view.graph.initializer:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = "link.data"
+    onnx.save(view, str(m / "c.onnx"))
+    expected = tensor_bytes(model)
+    assert read_back(m / "c.onnx") == expected
+    return m, expected, request.param
+
+
+def _refused(kind: str) -> str:
+    """What the refusal says: another reader, or (hard link) the source's two links."""
+    return "c.onnx.*another model of the folder" if kind == "symlink" else "has 2 hard links"
+
+
+def _c_still_reads(m, expected) -> None:
+    """c.onnx reads the bytes it read before (plain reads: onnx-light refuses the hard link)."""
+    assert read_back(m / "c.onnx") == expected
+    assert (m / "a.onnx.data").exists()
+
+
+# -- replacing the file another model reads through a link: refused -----------------------
+
+
+def test_align_in_place_refuses(folder):
+    m, expected, kind = folder
+    before = folder_digest(m)
+    with pytest.raises(onnxl.ExternalDataError, match=_refused(kind)):
+        onnxl.align_external_data_streaming(
+            m / "a.onnx", m / "a.onnx", "a.onnx.data", alignment=65536
+        )
+    assert folder_digest(m) == before
+    _c_still_reads(m, expected)
+
+
+def test_cli_align_in_place_refuses(folder, capsys):
+    m, expected, kind = folder
+    before = folder_digest(m)
+    code, _, err = _cli(capsys, "align", m / "a.onnx", m / "a.onnx", "--weights", "a.onnx.data")
+    assert_clean_failure(code, err)
+    assert re.search(_refused(kind), err), err
+    assert folder_digest(m) == before
+    _c_still_reads(m, expected)
+
+
+def test_save_in_place_refuses(folder):
+    m, expected, kind = folder
+    before = folder_digest(m)
+    meta = onnxl.load(m / "a.onnx", load_external_data=False)
+    with pytest.raises(onnxl.ExternalDataError, match=_refused(kind)):
+        onnxl.save(meta, m / "a.onnx", location="a.onnx.data")
+    assert folder_digest(m) == before
+    _c_still_reads(m, expected)
+
+
+def test_dedup_in_place_over_the_linked_file_refuses(folder):
+    m, expected, kind = folder
+    before = folder_digest(m)
+    with pytest.raises(onnxl.ExternalDataError, match=_refused(kind).split(".*")[0]):
+        onnxl.deduplicate_external_data([m / "a.onnx"], [m / "a.onnx"], "a.onnx.data")
+    assert folder_digest(m) == before
+    _c_still_reads(m, expected)
+
+
+# -- pruning the file another model reads through a link: kept -----------------------------
+
+
+def _prune(folder, call) -> None:
+    """Run ``call()``: with a symlink it keeps a.onnx.data; with a hard link it is refused."""
+    m, expected, kind = folder
+    before = folder_digest(m)
+    if kind == "hardlink":
+        with pytest.raises((onnxl.ExternalDataError, SystemExit, AssertionError), match="2 hard"):
+            call()
+        assert folder_digest(m) == before
+    else:
+        call()
+        assert read_back(m / "a.onnx") == expected
+    _c_still_reads(m, expected)
+
+
+def test_dedup_in_place_prune_keeps_it(folder):
+    m = folder[0]
+
+    def call():
+        result = onnxl.deduplicate_external_data(
+            [m / "a.onnx"], [m / "a.onnx"], "w.data", remove_unreferenced=True
+        )
+        assert result.removed == [] and str(m / "a.onnx.data") not in result.unreferenced
+
+    _prune(folder, call)
+
+
+def test_align_in_place_prune_keeps_it(folder):
+    m = folder[0]
+
+    def call():
+        result = onnxl.align_external_data_streaming(
+            m / "a.onnx", m / "a.onnx", "new.data", remove_unreferenced=True
+        )
+        assert result.removed == [] and result.unreferenced == []
+
+    _prune(folder, call)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["dedup", "a.onnx", "--in-place", "--weights", "w.data", "--prune"],
+        ["align", "a.onnx", "a.onnx", "--weights", "new.data", "--prune"],
+    ],
+)
+def test_cli_prune_keeps_it(folder, capsys, args):
+    m = folder[0]
+
+    def call():
+        code, _, err = _cli(capsys, *[m / a if a.endswith(".onnx") else a for a in args])
+        assert code == 0, err
+
+    _prune(folder, call)
+
+
+def test_without_the_other_reader_the_old_file_is_pruned(tmp_path):
+    """The rule is not a blanket refusal: with no other reader, the old file goes."""
+    model = uint8_model(2, 6000)
+    save_two_file(model, tmp_path / "a.onnx", size_threshold=0)
+    result = onnxl.align_external_data_streaming(
+        tmp_path / "a.onnx", tmp_path / "a.onnx", "new.data", remove_unreferenced=True
+    )
+    assert result.removed == [str(tmp_path / "a.onnx.data")]
+    assert not (tmp_path / "a.onnx.data").exists()
+    assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
+
+
+# -- a destination that is a hard link of a file another model reads: refused -------------
+
+
+@pytest.mark.parametrize("how", ["align", "save", "dedup", "cli-align", "cli-dedup"])
+def test_destination_hard_linked_to_what_another_model_reads(tmp_path, capsys, how):
+    """``w.data`` is a second name of ``other.data``, which ``b.onnx`` reads: writing
+    a.onnx's new weights as ``w.data`` would replace a file b.onnx reads."""
+    m = tmp_path / "m"
+    m.mkdir()
+    save_two_file(uint8_model(2, 6000), m / "a.onnx", size_threshold=0)
+    other = uint8_model(2, 3000, seed=1, prefix="B")
+    save_two_file(other, m / "b.onnx", location="other.data", size_threshold=0)
+    os.link(m / "other.data", m / "w.data")
+    before = folder_digest(m)
+    a = m / "a.onnx"
+    if how.startswith("cli"):
+        verb = ["align", a, a] if how == "cli-align" else ["dedup", a, "--in-place"]
+        code, _, err = _cli(capsys, *verb, "--weights", "w.data")
+        assert_clean_failure(code, err)
+        assert "b.onnx" in err
+    else:
+        with pytest.raises(onnxl.ExternalDataError, match="b.onnx"):
+            if how == "align":
+                onnxl.align_external_data_streaming(a, a, "w.data")
+            elif how == "save":
+                onnxl.save(onnxl.load(a, load_external_data=False), a, location="w.data")
+            else:
+                onnxl.deduplicate_external_data([a], [a], "w.data")
+    assert folder_digest(m) == before
+    assert read_back(m / "b.onnx") == tensor_bytes(other)
