@@ -151,3 +151,41 @@ def test_the_command_line_flag_makes_a_new_folder_durable(tmp_path):
     )
     _check_order(_trace(tmp_path, code), str((tmp_path / "out").resolve()))
     assert read_back(dst) == expected
+
+
+_WRITERS = {
+    "save": "o.save(o.load(SRC), DST, location='a.data', options=OPTS)",
+    "SerializeToFile": "o.load(SRC).SerializeToFile(DST, OPTS, 'a.data')",
+    "align": "o.align_external_data_streaming(SRC, DST, durable=OPTS.durable)",
+    "dedup": "o.deduplicate_external_data([SRC], [DST], 'w.data', durable=OPTS.durable)",
+    "save_edited": "o.save_edited(o.load(SRC, load_external_data=False), SRC, DST, "
+    "durable=OPTS.durable)",
+    "shared save": "m = o.load(SRC, load_external_data=False)\n"
+    "m.graph.initializer.append(o.numpy_helper.from_array(np.ones(4096, np.float32), 'new'))\n"
+    "o.save_model_with_shared_external_data(m, VARIANT, options=OPTS)",
+}
+
+
+@pytest.mark.parametrize("durable", [True, False])
+@pytest.mark.parametrize("writer", sorted(_WRITERS))
+def test_every_writer_honours_durable(tmp_path, writer, durable):
+    """New files that replace nothing: flushed in order with ``durable``, never without.
+
+    The shared save used to rebuild its options and drop ``durable``."""
+    expected = _model(tmp_path / "m")
+    (tmp_path / "out").mkdir()
+    src, dst = tmp_path / "m" / "m.onnx", tmp_path / "out" / "a.onnx"
+    variant = tmp_path / "m" / "variant.onnx"
+    code = (
+        "import numpy as np\nimport onnx_light.onnx as o\n"
+        f"SRC, DST, VARIANT = {str(src)!r}, {str(dst)!r}, {str(variant)!r}\n"
+        f"OPTS = o.SerializeOptions(durable={durable})\n" + _WRITERS[writer] + "\n"
+    )
+    calls = _trace(tmp_path, code)
+    written = variant if writer == "shared save" else dst
+    if durable:
+        _check_order(calls, str(written.parent.resolve()))
+    else:
+        assert not [c for c in calls if c[0] in ("fsync", "fdatasync")], calls
+    got = read_back(written)
+    assert {k: v for k, v in got.items() if k in expected} == expected

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import numbers
 import os
 
@@ -148,6 +149,19 @@ def check_options(options: object) -> SerializeOptions:
     if not isinstance(options, SerializeOptions):
         raise TypeError(f"options must be a SerializeOptions or None, got {options!r}")
     return options
+
+
+def derived(options: SerializeOptions, **changes: object) -> SerializeOptions:
+    """A copy of ``options`` with ``changes`` set, every other setting kept.
+
+    Writers that must change a setting (the shared save keeps references)
+    copy the caller's object whole, so a setting added later cannot be lost
+    by a rebuild field by field; the caller's object is not modified.
+    """
+    new = copy.copy(options)
+    for name, value in changes.items():
+        setattr(new, name, value)
+    return new
 
 
 class SerializeOptions:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import onnx
 
 from ._align import AlignResult, align_model
-from ._options import SerializeOptions, check_options, check_progress
+from ._options import SerializeOptions, check_options, check_progress, derived
 from ._save import SavePlan
 from ._sources import SourceFiles
 from ._targets import destination_path
@@ -202,15 +202,7 @@ def save_model_with_shared_external_data(
     """
     options = check_options(options)
     check_progress(progress)
-    opts = SerializeOptions(
-        options.alignment,
-        options.size_threshold,
-        True,
-        options.num_threads,
-        options.base_dir,
-        options.max_shard_size,
-        options.shard_naming,
-    )
+    opts = derived(options, use_external_data_location=True)
     path = destination_path(dst_onnx_path)
     with SourceFiles() as files:
         plan = _SharedPlan(model, path, os.path.basename(path) + ".data", opts, files)
