@@ -298,3 +298,32 @@ def test_a_safetensors_file_the_old_model_read_is_never_pruned(tmp_path):
     assert result.removed == [] and result.unreferenced == []
     assert (folder / "model.safetensors").exists()
     assert read_back(src) == read_back(tmp_path / "single.onnx")
+
+
+@pytest.mark.parametrize("weights", ["a.onnx", "b.onnx", "B.ONNX"])
+@pytest.mark.parametrize("how", ["api", "cli"])
+def test_weights_named_after_any_destination_model_is_refused_plainly(
+    tmp_path, capsys, weights, how
+):
+    """Every destination model is checked against the weights name, not only the
+    first, and the message says so (it used to blame a case-folding filesystem)."""
+    from conftest import uint8_model
+
+    from onnx_light.cli import main
+
+    for i, name in enumerate(("a.onnx", "b.onnx")):
+        save_two_file(uint8_model(2, 5000, seed=i), tmp_path / name, size_threshold=0)
+    if weights == "B.ONNX" and not os.path.exists(tmp_path / "B.ONNX"):
+        weights = "./b.onnx"  # a case-sensitive filesystem: another spelling of one name
+    before = folder_digest(tmp_path)
+    models = [str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx")]
+    if how == "api":
+        with pytest.raises(ValueError) as info:
+            onnxl.deduplicate_external_data(models, models, weights)
+        message = str(info.value)
+    else:
+        assert main(["dedup", *models, "--in-place", "--weights", weights]) == 1
+        message = capsys.readouterr().err
+    assert "cannot be the model file" in message, message
+    assert "upper from lower case" not in message and "one file on this" not in message
+    assert folder_digest(tmp_path) == before

@@ -236,7 +236,7 @@ def deduplicate_external_data(
     check_progress(progress)
     srcs, dsts = _paths(src_onnx_paths, dst_onnx_paths)
     folder = os.path.dirname(dsts[0])
-    weights_destination(dsts[0], dst_weights_path)  # a bad name fails before any reading
+    weights_destination(dsts[0], dst_weights_path, dsts[1:])  # a bad name fails before reading
     with paused_gc(), SourceFiles() as files:
         models, items = [], []
         for src, dst in zip(srcs, dsts, strict=True):

@@ -62,7 +62,9 @@ def destination_dir(path: str) -> str:
     return folder
 
 
-def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[str, str]:
+def weights_destination(
+    onnx_path: str, location: str | os.PathLike, others: Sequence[str] = ()
+) -> tuple[str, str]:
     """Where a weights file goes, and the location to record for it.
 
     ``location`` is read by :func:`weights_target`'s rule (a path from the
@@ -74,13 +76,15 @@ def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[st
     Args:
         onnx_path: the destination ``.onnx`` file.
         location: the weights file name or path.
+        others: the call's other destination models (dedup writes several,
+            in one folder): the weights file may be none of them either.
 
     Returns:
         ``(absolute path, location relative to the model folder)``.
 
     Raises:
         ValueError: the weights file would be outside the model folder, is
-            the model file itself, has a name a location cannot record
+            the model file itself (or one of ``others``), has a name a location cannot record
             (not UTF-8, or one ``load`` would refuse), or ``location`` is
             ambiguous (see :func:`weights_target`).
     """
@@ -96,8 +100,10 @@ def weights_destination(onnx_path: str, location: str | os.PathLike) -> tuple[st
         )
     destination_dir(target)
     entry = real_entry(target)
-    if entry == real_entry(onnx_path):  # the same name, spelled another way
-        raise ValueError(f"weights file {shown(location)} cannot be the model file itself")
+    for model in (onnx_path, *others):
+        if entry == real_entry(model):  # the same name, spelled another way
+            what = "itself" if model is onnx_path else f"{shown(model)}, a model the call writes"
+            raise ValueError(f"weights file {shown(location)} cannot be the model file {what}")
     real_folder = os.path.realpath(folder)
     real_target = os.path.join(*entry)
     if not is_inside(real_target, real_folder):
