@@ -5,11 +5,16 @@ blocks with ``bash -e``, in a temporary folder holding the files the pages
 name (``model.onnx``, ``single.onnx``, ``many.onnx``, ``models/first.onnx``,
 a Hugging Face cache under a temporary ``HOME``...), built by the test. A
 block that shows an error says so in a comment (``# FileNotFoundError: ...``):
-it must raise that error. Nothing else is substituted.
+it must raise that error. A block that shows what a ``print`` prints, as comment
+lines right after the call (``print(x)`` then ``# ['a', 'b']``), must print
+that: ``...`` in the comment stands for any text, ``<like this>`` for a value
+the page describes. A comment on the line of the call itself is prose (``#
+still on disk``), not output. Nothing else is substituted.
 """
 
 from __future__ import annotations
 
+import ast
 import builtins
 import contextlib
 import io
@@ -118,17 +123,83 @@ def _printed_error(code: str) -> list[str]:
     return [" ".join(piece.split()) for piece in text.split("...") if piece.strip()]
 
 
-def _run_expecting(code: str, page: str, scope: dict) -> None:
-    """Run a block; one that shows an error must raise it, with the message it prints."""
+def shown_output(code: str) -> dict[tuple[int, int], str]:
+    """{(first line, last line) of a ``print(...)`` call: the output the page shows for it}.
+
+    The output is the comment lines right after the call (no blank line between),
+    each without its ``#``; an error shown there is left to :func:`_run_expecting`.
+    """
+    lines = code.split("\n")
+    out = {}
+    for node in ast.walk(ast.parse(code)):
+        call = node.value if isinstance(node, ast.Expr) else None
+        if not (isinstance(call, ast.Call) and getattr(call.func, "id", None) == "print"):
+            continue
+        shown = []
+        for line in lines[node.end_lineno :]:
+            if not line.strip().startswith("#"):
+                break
+            shown.append(line.strip()[1:].strip())
+        if shown and not re.match(r"\w+Error: ", shown[0]):
+            out[(node.lineno, node.end_lineno)] = "\n".join(shown)
+    return out
+
+
+def _same_as_shown(shown: str, printed: str) -> bool:
+    """True when ``printed`` reads as ``shown``: ``...`` and ``<...>`` stand for any text."""
+    pieces = re.split(r"\.\.\.|<[^<>\n]+>", shown)
+    pattern = ".*?".join(re.escape(piece) for piece in pieces)
+    text = "\n".join(line.strip() for line in printed.strip().split("\n"))
+    return re.fullmatch(pattern, text, re.S) is not None
+
+
+class _Prints:
+    """``print`` for a block: prints as usual, and keeps what each line of the block printed."""
+
+    def __init__(self, filename: str) -> None:
+        self.filename = filename
+        self.by_line: list[tuple[int, str]] = []
+
+    def __call__(self, *args, file=None, **kwargs) -> None:
+        if file is not None:
+            builtins.print(*args, file=file, **kwargs)
+            return
+        buffer = io.StringIO()
+        builtins.print(*args, file=buffer, **kwargs)
+        frame = sys._getframe(1)
+        if frame.f_code.co_filename == self.filename:
+            self.by_line.append((frame.f_lineno, buffer.getvalue()))
+        sys.stdout.write(buffer.getvalue())
+
+
+def _run_expecting(code: str, filename: str, scope: dict) -> int:
+    """Run a block; one that shows an error must raise it, with the message it prints, and
+    each ``print`` whose output it shows must print that.
+
+    Returns:
+        The number of outputs compared.
+    """
+    prints = scope["print"] = _Prints(filename)
     error = _expected_error(code)
-    if error is None:
-        exec(compile(code, page, "exec"), scope)  # noqa: S102
-        return
-    with pytest.raises(error) as info:
-        exec(compile(code, page, "exec"), scope)  # noqa: S102
-    message = " ".join(str(info.value).split())
-    for piece in _printed_error(code):
-        assert piece in message, f"the page prints {piece!r}; a reader gets {message!r}"
+    try:
+        if error is None:
+            exec(compile(code, filename, "exec"), scope)  # noqa: S102
+        else:
+            with pytest.raises(error) as info:
+                exec(compile(code, filename, "exec"), scope)  # noqa: S102
+            message = " ".join(str(info.value).split())
+            for piece in _printed_error(code):
+                assert piece in message, f"the page prints {piece!r}; a reader gets {message!r}"
+    finally:
+        del scope["print"]
+    shown = shown_output(code)
+    for (first, last), expected in shown.items():
+        printed = "".join(text for line, text in prints.by_line if first <= line <= last)
+        assert printed, f"{filename}: the print of line {first} shows output but never ran"
+        assert _same_as_shown(expected, printed), (
+            f"{filename}, line {first}: the page shows\n{expected}\na reader gets\n{printed}"
+        )
+    return len(shown)
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -145,6 +216,7 @@ def test_recipes_run_as_printed(page, tmp_path, monkeypatch):
     env = dict(os.environ, HOME=str(home))
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     namespace: dict = {"__name__": "__recipe__"}
+    compared = 0
     for i, (language, code, tab) in enumerate(found):
         where = f"{page}, block {i + 1}:\n{code}"
         # onnx's side of a comparison runs on its own copy: a reader picks one tab
@@ -163,28 +235,59 @@ def test_recipes_run_as_printed(page, tmp_path, monkeypatch):
             continue
         scope = dict(namespace) if aside else namespace
         with contextlib.redirect_stdout(io.StringIO()):
-            _run_expecting(code, page, scope)
+            compared += _run_expecting(code, f"{page}, block {i + 1}", scope)
+    shows = sum(len(shown_output(code)) for lang, code, _ in found if lang == "python")
+    assert compared == shows, f"{page}: {shows} outputs shown, {compared} compared"
 
 
-@pytest.mark.parametrize("page", PAGES)
+def test_the_pages_that_show_output_are_compared():
+    """The comparison is not vacuous: the pages that show printed output are found."""
+    showing = {
+        page
+        for page in PAGES
+        for lang, code, _ in blocks(page)
+        if lang == "python" and shown_output(code)
+    }
+    assert {
+        os.path.join("_doc", "howto", "load_save.rst"),
+        os.path.join("_doc", "howto", "align_external_data_streaming.rst"),
+    } <= showing
+    assert _same_as_shown("['a', ...]", "['a', 'b', 'c']\n")
+    assert _same_as_shown("{'offset': '<where>', 'n': ...}", "{'offset': '4096', 'n': 3}")
+    assert not _same_as_shown("['a', 'b']", "['a', 'c']")
+    assert not _same_as_shown("['a', ...]", "['b', 'a']")
+
+
+def _has_onnx_tab(page: str) -> bool:
+    return any(tab is not None and tab.lower() == "onnx" for _, _, tab in blocks(page))
+
+
+ONNX_TAB_PAGES = [page for page in PAGES if _has_onnx_tab(page)]
+
+
+def test_some_page_has_onnx_tabs():
+    assert ONNX_TAB_PAGES, "no page compares with onnx: the script test below runs on nothing"
+
+
+@pytest.mark.parametrize("page", ONNX_TAB_PAGES)
 def test_onnx_tabs_run_in_order_as_a_script(page, tmp_path, monkeypatch):
     """A reader who follows onnx's side of every comparison: the shared blocks and the
     "onnx" tabs, in order, in one folder and one namespace (onnx 1.23 refuses to
     write over an existing weights file, so two tabs may not reuse a name)."""
-    found = [(lang, code) for lang, code, tab in blocks(page) if tab in (None, "onnx")]
-    if not any(tab == "onnx" for _, _, tab in blocks(page)):
-        pytest.skip("no onnx tab")
+    found = [
+        (lang, code) for lang, code, tab in blocks(page) if tab is None or tab.lower() == "onnx"
+    ]
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
     home.mkdir()
     _fixtures(work, home)
     monkeypatch.chdir(work)
     namespace: dict = {"__name__": "__recipe__"}
-    for language, code in found:
+    for i, (language, code) in enumerate(found):
         if language != "python":
             continue
         with contextlib.redirect_stdout(io.StringIO()):
-            _run_expecting(code, page, namespace)
+            _run_expecting(code, f"{page}, onnx script block {i + 1}", namespace)
 
 
 def test_hugging_face_recipe_writes_plain_files(tmp_path, monkeypatch):
