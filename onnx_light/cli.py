@@ -28,6 +28,7 @@ import time
 
 import onnx_light
 from onnx_light._inspect import model_info, shared_across, transposed_pairs, verify_models
+from onnx_light._loaders import loader_verdicts
 from onnx_light._progress import Progress, human, rate
 from onnx_light.onnx import (
     AlignResult,
@@ -508,23 +509,60 @@ def cmd_verify(args: argparse.Namespace) -> int:
         0 when every reference is valid, else 1.
     """
     results, shared = verify_models(args.model)
-    failed = 0
-    for path, (count, problems) in zip(args.model, results, strict=True):
+    verdicts = [loader_verdicts(path) for path in args.model]
+    failed = sum(1 for _, problems in results if problems)
+    if args.json:
+        models = [
+            {
+                "model": path,
+                "external_tensors": count,
+                "problems": problems,
+                "loaders": [v.as_dict() for v in found],
+                "fix": _loaders_fix(path, found),
+            }
+            for path, (count, problems), found in zip(args.model, results, verdicts, strict=True)
+        ]
+        print(json.dumps({"models": models, "shared": shared}, indent=2))
+        return 1 if failed else 0
+    for path, (count, problems), found in zip(args.model, results, verdicts, strict=True):
         for p in problems:
             print(_printable(p))
         model = _printable(path)
         if problems:
-            failed += 1
             print(
                 f"{PROG}: error: {len(problems)} problem(s) with external references in {model}",
                 file=sys.stderr,
             )
+        elif all(v.accepts for v in found):
+            print(
+                f"OK {model}: {count} external tensors, every reference valid "
+                "(onnx, onnxruntime and onnx-ir load it)"
+            )
         else:
             print(f"OK {model}: {count} external tensors, every reference valid")
+            for line in _loader_lines(path, found):
+                print(_printable(line))
     if shared:
         across = " of these models" if len(args.model) > 1 else ""
         print(f"{_sharing(shared, across)}: valid, each range is stored once")
     return 1 if failed else 0
+
+
+def _loaders_fix(path: str, verdicts: list) -> str | None:
+    """The command that writes a copy every loader accepts, when one refuses."""
+    if all(v.accepts for v in verdicts):
+        return None
+    return f"{PROG} align {path} DIR/{os.path.basename(path)}"
+
+
+def _loader_lines(path: str, verdicts: list) -> list[str]:
+    """What each loader will do with a valid model one of them refuses, and the fix."""
+    lines = [
+        f"  {v.rule}: accepts" if v.accepts else f"  {v.rule}: refuses: {'; '.join(v.reasons)}"
+        for v in verdicts
+    ]
+    fix = _loaders_fix(path, verdicts)
+    return [*lines, f"  {fix} writes a copy every loader accepts (plain files, one link each)"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -745,13 +783,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check every external reference: the file exists and stays inside the "
         "model's folder, the range fits in it and matches dtype x dims. Exit 0 when all "
         "are valid, else 1 with one line per problem. Ranges read by several tensors are "
-        "counted, not refused: sharing is valid.",
+        "counted, not refused: sharing is valid. Says whether onnx, onnxruntime and onnx-ir "
+        "will load each model (their rules for symbolic and hard links differ), and how to "
+        "write a copy they all accept.",
     )
     p.add_argument(
         "model",
         nargs="+",
         metavar="MODEL.onnx",
         help="one model, or several (exit 1 when any has a problem)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON document instead: per model its problems, each loader's verdict "
+        "and the fix",
     )
     p.set_defaults(func=cmd_verify)
     return parser
@@ -799,12 +845,14 @@ def _fail(args: argparse.Namespace, message: str, hint: str = "") -> int:
 
 
 def _json_error(args: argparse.Namespace, message: str) -> None:
-    """For ``info --json``, print ``{"error": ..., "model": ...}`` on stdout.
+    """For ``info --json`` and ``verify --json``, print ``{"error": ..., "model": ...}``
+    on stdout.
 
-    Scripts parsing stdout then always get one JSON document; ``info`` prints
-    its own document in one call, after which nothing can fail but the write.
+    Scripts parsing stdout then always get one JSON document; each command
+    prints its own document in one call, after which nothing can fail but the
+    write.
     """
-    if args.func is cmd_info and args.json:
+    if args.func in (cmd_info, cmd_verify) and args.json:
         with contextlib.suppress(OSError, ValueError):  # stdout closed or a broken pipe
             model = args.model[0] if len(args.model) == 1 else args.model
             print(json.dumps({"error": message, "model": model}, indent=2), flush=True)

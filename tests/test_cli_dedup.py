@@ -27,6 +27,7 @@ from onnx_light._progress import human
 from onnx_light.bench import make_gemm_model
 
 N, DIM = 4, 64
+ALL_LOAD = "(onnx, onnxruntime and onnx-ir load it)"
 WEIGHT, BIAS = DIM * DIM * 4, DIM * 4
 
 
@@ -142,8 +143,8 @@ def test_info_and_verify_show_the_shared_ranges(tmp_path, capsys):
     code, text, err = _cli(capsys, "verify", a, b)
     assert code == 0 and err == ""
     assert text.splitlines() == [
-        f"OK {a}: {2 * N} external tensors, every reference valid",
-        f"OK {b}: {2 * N} external tensors, every reference valid",
+        f"OK {a}: {2 * N} external tensors, every reference valid {ALL_LOAD}",
+        f"OK {b}: {2 * N} external tensors, every reference valid {ALL_LOAD}",
         f"{shares} ({4 * N - 2} tensors: {human(3 * WEIGHT + 4 * BIAS)} stored once for "
         f"{human(2 * (3 * WEIGHT + 4 * BIAS))} of tensors): valid, each range is stored once",
     ]

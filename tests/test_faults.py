@@ -299,11 +299,21 @@ def test_missing_destination_folder(src, tmp_path):
         lambda: onnxl.save_model_with_shared_external_data(_model(1, 5000), missing / "v.onnx"),
     ]
     for op in ops:
-        with pytest.raises(FileNotFoundError, match="nope"):
+        with pytest.raises(FileNotFoundError, match="nope.* does not exist: create it first"):
             op()
     assert not missing.exists()
     assert folder_digest(path.parent) == src_before
-    assert main(["align", str(path), str(missing / "d.onnx"), "-q"]) == 1
+
+
+def test_missing_destination_folder_on_the_command_line(src, tmp_path, capsys):
+    """The command says how to create the folder, and creates nothing."""
+    path, _, src_before = src
+    missing = tmp_path / "nope"
+    code, _, err = _cli(capsys, "align", path, missing / "d.onnx", "-q")
+    assert code == 1 and "Traceback" not in err
+    assert f"destination folder '{missing}' does not exist: create it first" in err
+    assert "mkdir -p" in err and not missing.exists()
+    assert folder_digest(path.parent) == src_before
 
 
 # -- killed mid-copy ---------------------------------------------------------------

@@ -94,7 +94,11 @@ model_path = os.path.join(snapshot, "model.onnx")
 # ------------------------------
 #
 # ``onnx-light info`` and ``onnx-light verify`` take the snapshot's path:
-# they follow the links and read nothing but the metadata.
+# they follow the links and read nothing but the metadata. ``verify`` also
+# says which loaders will take the snapshot as it is: onnxruntime follows the
+# links into ``blobs/``, onnx (>= 1.21) refuses a weights file that is a
+# symbolic link, onnx-ir one that resolves outside the model's folder; and it
+# prints the command that writes a copy all three accept.
 
 
 def onnx_light_cli(*args: str) -> None:

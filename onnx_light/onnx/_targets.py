@@ -54,7 +54,10 @@ def destination_dir(path: str) -> str:
     """
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.exists(folder):
-        raise FileNotFoundError(f"destination folder {shown(folder)} does not exist")
+        raise FileNotFoundError(
+            f"destination folder {shown(folder)} does not exist: create it first "
+            "(os.makedirs in Python, mkdir -p in a shell); nothing was written"
+        )
     if not os.path.isdir(folder):
         raise NotADirectoryError(f"destination folder {shown(folder)} is not a folder")
     if os.path.isdir(path):
