@@ -307,3 +307,30 @@ def test_the_source_onnx_is_never_the_new_weights_file_when_sharing(tmp_path):
             model, tmp_path / "m.onnx", tmp_path / "e.onnx", "m.onnx", share_weights=True
         )
     assert folder_digest(tmp_path) == before
+
+
+def test_sharing_a_single_file_export_loaded_with_its_weights_is_refused(tmp_path):
+    """optimum writes models under 2 GB as one file: loaded with load_external_data=False
+    alone, every weight is in memory, and share_weights=True would share nothing.
+    It says so, and the recipe's skip_raw_data=True shares."""
+    model = make_gemm_model(N, DIM)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    before = folder_digest(tmp_path)
+    loaded = _rename(onnxl.load(path, load_external_data=False))
+    with pytest.raises(ValueError, match="would share nothing.*skip_raw_data=True"):
+        onnxl.save_edited(loaded, path, tmp_path / "renamed.onnx", share_weights=True)
+    assert folder_digest(tmp_path) == before  # nothing written
+    light = _rename(onnxl.load(path, load_external_data=False, skip_raw_data=True))
+    assert onnxl.save_edited(light, path, tmp_path / "renamed.onnx", share_weights=True) == 0
+    assert sorted(os.listdir(tmp_path)) == ["model.onnx", "renamed.onnx"]
+    assert read_back(tmp_path / "renamed.onnx") == tensor_bytes(_rename(model))
+
+
+def test_sharing_with_only_new_tensors_and_no_weights_is_fine(tmp_path):
+    """A model without any weight to share writes nothing and is not refused."""
+    model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], []))
+    path = tmp_path / "tiny.onnx"
+    onnx.save(model, str(path))
+    meta = onnxl.load(path, load_external_data=False)
+    assert onnxl.save_edited(meta, path, tmp_path / "copy.onnx", share_weights=True) == 0

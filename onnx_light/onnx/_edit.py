@@ -76,8 +76,10 @@ def save_edited(
 ) -> int:
     """Save a model edited without its weights: sharing the source's weights, or a compact copy.
 
-    ``model`` was loaded with ``load(src_onnx_path, load_external_data=False)``
-    and edited with onnx's tools: its external tensors are references
+    ``model`` was loaded with ``load(src_onnx_path, load_external_data=False,
+    skip_raw_data=True)`` (``skip_raw_data`` keeps a single-file export's
+    inline weights as references into its ``.onnx``) and edited with onnx's
+    tools: its external tensors are references
     relative to the source's folder. The tools may drop tensors
     (``onnx.utils.Extractor``), rename them (``onnx.compose.add_prefix``) or
     add inline ones (a new ``Constant``); the references they keep are
@@ -89,7 +91,9 @@ def save_edited(
       elsewhere is refused, since locations may not climb out of a model's
       folder). No byte of the source's weights is read or written; new inline
       tensors of at least ``size_threshold`` bytes go to ``dst_weights_path``.
-      Deleting the source's weights breaks the edited model.
+      Deleting the source's weights breaks the edited model. When no tensor
+      references the source at all and weights would be written, it is
+      refused: nothing would be shared.
     - ``share_weights=False`` (default): a self-contained copy holding only
       the bytes the edited model references, anywhere. Each referenced range is
       copied file to file by the kernel into ``dst_weights_path`` at offsets
@@ -136,8 +140,9 @@ def save_edited(
         TypeError: ``model`` is not a ModelProto, a setting has the wrong
             type, or ``progress`` is not callable.
         ValueError: the destination is the source, a sharing destination is
-            outside the source's folder, a bad setting, or a weights path
-            outside the destination folder.
+            outside the source's folder, a sharing save that would share
+            nothing (every weight held in memory), a bad setting, or a
+            weights path outside the destination folder.
         FileNotFoundError: the source model or a referenced data file is
             missing (the message names the tensor and the path).
         ExternalDataError: a reference is malformed, unsafe or out of range,
@@ -153,7 +158,7 @@ def save_edited(
             import onnx
             import onnx_light.onnx as onnxl
 
-            model = onnxl.load("model.onnx", load_external_data=False)
+            model = onnxl.load("model.onnx", load_external_data=False, skip_raw_data=True)
             model = onnx.shape_inference.infer_shapes(model)
             half = onnx.utils.Extractor(model).extract_model(["X"], ["H1"])
             onnxl.save_edited(half, "model.onnx", "out/half.onnx")  # only W0..B1
@@ -182,4 +187,26 @@ def save_edited(
         plan = (_SharingPlan if share_weights else SavePlan)(
             model, dst, dst_weights_path, options, files
         )
+        if share_weights:
+            _check_shares(plan, src)
         return plan.write(progress=progress)
+
+
+def _check_shares(plan: SavePlan, src: str) -> None:
+    """A sharing save that would share nothing and copy weights is refused.
+
+    Raises:
+        ValueError: no tensor references the source, and some would be
+            written to the new weights file.
+    """
+    if plan.plan.kept or not plan.plan.items:
+        return
+    size = sum(item.size for item in plan.plan.items)
+    raise ValueError(
+        f"share_weights=True would share nothing with {shown(src)}: no tensor of the model "
+        f"references its files, and {len(plan.plan.items)} tensors ({size} bytes) held in "
+        "memory would be copied into a new weights file. A model loaded from a single-file "
+        "export with load_external_data=False holds its weights inline: load it with "
+        "skip_raw_data=True (its tensors then reference the source .onnx, which the edited "
+        "model shares), or pass share_weights=False for a compact copy"
+    )
