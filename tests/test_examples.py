@@ -1,13 +1,18 @@
-"""Every gallery example runs on its own, at small sizes, without error.
+"""Every gallery example runs on its own, at small sizes, and prints its conclusions.
 
 Each ``examples/*/plot_*.py`` runs in a fresh interpreter with
 ``UNITTEST_GOING=1`` (small models) and ``MPLBACKEND=Agg`` (no display), from
-an empty temporary folder so a script that writes next to itself is caught.
+an empty temporary folder so a script that writes next to itself is caught. Its
+output must hold the lines that state what it shows (:data:`CONCLUSIONS`, a
+pattern per line); a benchmark must also print at least one ranking sentence,
+as ``_doc/conclusions.py`` reads them from the built site.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +23,72 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SCRIPTS = sorted(EXAMPLES.glob("*/plot_*.py"))
 TIMEOUT = 600
 
+_spec = importlib.util.spec_from_file_location(
+    "conclusions", EXAMPLES.parent / "_doc" / "conclusions.py"
+)
+conclusions = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(conclusions)
+
+# the lines each example prints to state what it found (regular expressions, one line each)
+CONCLUSIONS = {
+    "plot_align_external_data_streaming.py": [
+        r"\d+ tensors: offsets aligned to 4096, lengths and bytes equal",
+        r"peak memory: streaming at most \+[\d.]+ MiB, in memory at least \+[\d.]+ MiB.*",
+    ],
+    "plot_deduplicate_external_data.py": [
+        r"[\d.]+ MiB of tensors -> [\d.]+ MiB written, \d+ groups of tensors share a range",
+        r"same outputs, checker passes, for encoder_model, decoder_model, decoder_with_past_model",
+    ],
+    "plot_load_save_time.py": [r"load: onnx-light .*", r"save: onnx-light .*"],
+    "plot_onnxruntime_loading_memory.py": [
+        r"\* two files, prepacking off: created in [\d.]+ s; anonymous memory",
+    ],
+    "plot_profile_external_data_save.py": [
+        r"checked: onnx opened files \d+ times for \d+ tensors moved out, and changed the model "
+        r"it saved; onnx-light left the model unchanged, \d+ offsets aligned to 4096, the same "
+        r"tensors as onnx",
+    ],
+    "plot_save_model_with_shared_external_data.py": [
+        r"the shared save wrote [\d.]+ MiB instead of [\d.]+ MiB",
+        r"first.onnx and first.onnx.data unchanged",
+        r"outputs \(\d+, \d+\): shared == naive, and match numpy",
+    ],
+    "plot_threads_load_save.py": [r"the default num_threads=None uses at most \d+ threads? .*"],
+    "plot_edit_without_loading.py": [
+        r"half.onnx: same outputs as onnx's in-memory edit",
+        r"compact/half.onnx: same outputs as onnx's in-memory edit",
+    ],
+    "plot_hf_cache.py": [
+        r"2 blobs, same sha256 as before",
+        r"onnxruntime: outputs \(\d+, \d+\) identical \(cache, mine, mine_cli\)",
+    ],
+    "plot_inspect_verify.py": [
+        r"OK good/model.onnx: \d+ external tensors, every reference valid.*",
+        r"tensors past the end: \[.+\]",
+    ],
+    "plot_realign.py": [
+        r"\d+ tensors: same bytes before and after, zeros between them",
+        r"onnxruntime: outputs \(\d+, \d+\) identical for the three models",
+    ],
+    "plot_shards.py": [
+        r"\d+ tensors: the same values after loading the shards",
+        r"onnxruntime: outputs \(\d+, \d+\) identical \(in memory, onnx-ir names, "
+        r"transformers.js\)",
+    ],
+    "plot_shared_variant.py": [
+        r"variant == copy; max \|variant - first\| = [\d.]+",
+        r"first.onnx and first.onnx.data unchanged",
+    ],
+}
+
 
 def test_examples_found():
     assert SCRIPTS, f"no examples/*/plot_*.py under {EXAMPLES}"
+
+
+def test_every_example_states_its_conclusions():
+    """A new example must say here which lines state what it shows."""
+    assert sorted(s.name for s in SCRIPTS) == sorted(CONCLUSIONS)
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[f"{s.parent.name}/{s.name}" for s in SCRIPTS])
@@ -43,3 +111,16 @@ def test_example_runs(script: Path, tmp_path: Path):
     )
     leftovers = sorted(p.name for p in tmp_path.iterdir())
     assert not leftovers, f"{script.name} left files in its working folder: {leftovers}"
+    lines = [line.strip() for line in proc.stdout.splitlines()]
+    for pattern in CONCLUSIONS[script.name]:
+        assert any(re.fullmatch(pattern, line) for line in lines), (
+            f"{script.name} did not print a line matching {pattern!r}\n"
+            f"--- stdout (end) ---\n{proc.stdout[-3000:]}"
+        )
+    if script.parent.name == "benchmarks":
+        ranked = [
+            line
+            for line in lines
+            if conclusions.verdict(line) or conclusions.verdict(line.split(": ", 1)[-1])
+        ]
+        assert ranked, f"{script.name} printed no ranking sentence (Comparison.sentence())"
