@@ -18,9 +18,9 @@ import numpy as np
 import onnx
 import pytest
 from conftest import assert_clean_failure as _one_line
+from conftest import external_offsets, read_back, save_two_file, tensor_bytes
 from conftest import external_tensor as _ext_tensor
 from conftest import model_from_initializer_bytes as _raw_model
-from conftest import read_back, save_two_file, tensor_bytes
 from conftest import run_cli as _cli
 from conftest import uint8_model as _model
 from onnx import helper, numpy_helper
@@ -147,13 +147,44 @@ def test_align_text_progress_bar(tmp_path, capsys, monkeypatch):
     assert total > 0 and "wrote" in capsys.readouterr().out
 
 
-def test_align_tqdm_progress_bar(tmp_path, monkeypatch):
+def test_align_tqdm_progress_bar(tmp_path, monkeypatch, capsys):
+    """On a terminal a tqdm bar labelled ``align m.onnx`` counts the bytes copied, one
+    update per 4 KiB chunk, up to the model's tensor bytes; the summary still goes to
+    stdout, and the files written hold the model's tensors at aligned offsets."""
     pytest.importorskip("tqdm")
+    import onnx_light.cli as cli
+
+    bars = []
+
+    class Recorded(cli.Progress):
+        def __init__(self, label):
+            super().__init__(label)
+            self.calls = []
+            bars.append(self)
+
+        def __call__(self, done, total):
+            self.calls.append((done, total))
+            super().__call__(done, total)
+
+        def close(self):
+            self.final = self.bar.n, self.bar.total
+            super().close()
+
+    monkeypatch.setattr(cli, "Progress", Recorded)
     src = save_model(tmp_path)
     err = TtyStringIO()
     monkeypatch.setattr(sys, "stderr", err)
     assert main(["align", src, str(tmp_path / "out.onnx"), "--chunk-size", "4K"]) == 0
-    assert "align m.onnx" in err.getvalue()
+    assert "align m.onnx" in err.getvalue() and "B/s" in err.getvalue()
+    (bar,) = bars
+    total = weights_nbytes(N, DIM)
+    assert bar.calls[-1] == (total, total) and bar.final == (total, total)
+    assert len(bar.calls) >= total // 4096, "one update per chunk at least"
+    assert [done for done, _ in bar.calls] == sorted(done for done, _ in bar.calls)
+    written = os.path.getsize(tmp_path / "out.onnx.data")
+    assert f"wrote {written} bytes" in capsys.readouterr().out
+    assert_same_tensors(src, tmp_path / "out.onnx")
+    assert all(offset % 4096 == 0 for _, offset, _ in external_offsets(tmp_path / "out.onnx"))
 
 
 def test_align_no_bar_when_quiet_or_not_a_tty(tmp_path, capsys, monkeypatch):
@@ -564,12 +595,38 @@ def _bad_utf8_name_model(folder):
     return _raw_model(folder, data)
 
 
-@pytest.mark.parametrize("args", [["info"], ["info", "--json"], ["verify"]])
-def test_cli_on_a_tensor_name_that_is_not_utf8(tmp_path, capsys, args):
+@pytest.mark.parametrize("command", ["info", "info --json", "verify", "align"])
+def test_cli_on_a_tensor_name_that_is_not_utf8(tmp_path, capsys, command):
+    """The name b"\\xff\\xfe" is shown escaped, the model is read as it is, never changed,
+    and ``align`` writes it with its name and bytes as they were."""
     path = _bad_utf8_name_model(tmp_path)
-    code, out, err = _cli(capsys, *args, path)
-    assert code == 0, err
-    assert "Traceback" not in err
+    before = path.read_bytes()
+    if command == "align":
+        args = ["align", path, tmp_path / "a.onnx", "--size-threshold", "0"]
+    else:
+        args = [*command.split()[:1], path, *command.split()[1:]]
+    code, out, err = _cli(capsys, *args)
+    assert code == 0 and err == "", err
+    assert path.read_bytes() == before, "the source model is unchanged"
+    escaped = "\\xff\\xfe"
+    if command == "info":
+        assert "1 tensors, 0 external" in out
+        row = next(line for line in out.splitlines() if line.startswith(escaped))
+        assert row.split() == [escaped, "UINT8", "[4]", "inline", "-", "4", "-"]
+    elif command == "info --json":
+        (tensor,) = json.loads(out)["tensors"]
+        assert (tensor["name"], tensor["dtype"], tensor["shape"]) == (escaped, "UINT8", [4])
+        assert (tensor["location"], tensor["length"]) == (None, 4)
+    elif command == "verify":
+        assert out.startswith("OK ") and "0 external tensors, every reference valid" in out
+    else:
+        assert "for 1 tensors" in out and "a.onnx.data" in out
+        assert sorted(os.listdir(tmp_path)) == ["a.onnx", "a.onnx.data", "m.onnx"]
+        assert (tmp_path / "a.onnx.data").read_bytes() == bytes(range(4))
+        (t,) = onnx.load(str(tmp_path / "a.onnx"), load_external_data=False).graph.initializer
+        assert t.name == b"\xff\xfe" and t.data_location == onnx.TensorProto.EXTERNAL
+        loaded = onnxl.load(tmp_path / "a.onnx").graph.initializer[0]
+        assert loaded.raw_data == bytes(range(4))
 
 
 def test_cli_never_prints_a_traceback(tmp_path, capsys, monkeypatch):
