@@ -30,9 +30,13 @@ def _model(n: int = 4, size: int = 1_000_000):
     return helper.make_model(helper.make_graph(nodes, "g", [], outs, inits))
 
 
-def _in_child(fn) -> tuple[int | str, float]:
+HANG_LIMIT = 60  # seconds: a child still running then hung (no speed claim)
+
+
+def _in_child(fn) -> int:
     """Run ``fn`` in a forked child with the default handlers; return how it ended
-    (-signal, or exit code) and how long it took."""
+    (-signal, or exit code). A child still running after HANG_LIMIT s is killed and
+    the test fails, saying it hung."""
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:  # the child
@@ -49,11 +53,11 @@ def _in_child(fn) -> tuple[int | str, float]:
     while True:  # a child that hangs is killed, and reported as such
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            return os.waitstatus_to_exitcode(status), time.monotonic() - start
-        if time.monotonic() - start > 20:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() - start > HANG_LIMIT:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            return "hung", time.monotonic() - start
+            pytest.fail(f"the call hung: killed after {HANG_LIMIT} s", pytrace=False)
         time.sleep(0.01)
 
 
@@ -81,7 +85,7 @@ def test_sigterm_is_not_hidden_by_a_sigint_held_with_it(source, monkeypatch):
         run(self)
 
     monkeypatch.setattr(_atomic._Swap, "run", swap)
-    code, _ = _in_child(
+    code = _in_child(
         lambda: onnxl.align_external_data_streaming(source / "m.onnx", source / "a.onnx")
     )
     assert code == -signal.SIGTERM
@@ -106,7 +110,7 @@ def test_a_swallowed_ctrl_c_leaves_later_signals_acting_at_once(source):
         if len(calls) > 6:
             os._exit(3)  # still copying after SIGTERM
 
-    code, _ = _in_child(
+    code = _in_child(
         lambda: onnxl.align_external_data_streaming(
             source / "m.onnx", source / "a.onnx", chunk_size=65536, progress=progress
         )
@@ -127,10 +131,10 @@ def test_sigterm_while_waiting_for_the_folder_lock_ends_at_once(source):
             signal.signal(signal.SIGALRM, lambda *a: os.kill(os.getpid(), signal.SIGTERM))
             onnxl.align_external_data_streaming(source / "m.onnx", source / "a.onnx")
 
-        code, seconds = _in_child(call)
+        code = _in_child(call)  # the lock is held until the child ends: waiting on, it hangs
     finally:
         os.close(fd)
-    assert code == -signal.SIGTERM and seconds < 5
+    assert code == -signal.SIGTERM
     assert not (source / "a.onnx").exists()
     _no_leftovers(source)
 
@@ -157,5 +161,5 @@ def test_handlers_are_the_callers_again_whatever_arrives_meanwhile(source, monke
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(1)
 
-    code, _ = _in_child(call)
+    code = _in_child(call)
     assert code == -signal.SIGTERM
