@@ -180,11 +180,14 @@ def loader_verdicts(model_path: str | os.PathLike) -> list[Verdict]:
     folder = os.path.dirname(path)
     verdicts = {name: Verdict(name, RULES[name]) for name in LOADERS}
     for location, in_subgraph in references(path):
-        found = {
-            "onnx": onnx_refusal(folder, location),
-            "onnxruntime": onnxruntime_refusal(path, location, in_subgraph),
-            "onnx-ir": onnx_ir_refusal(folder, location),
-        }
+        try:
+            found = {
+                "onnx": onnx_refusal(folder, location),
+                "onnxruntime": onnxruntime_refusal(path, location, in_subgraph),
+                "onnx-ir": onnx_ir_refusal(folder, location),
+            }
+        except ValueError:  # a NUL byte: no system call takes the path
+            found = dict.fromkeys(LOADERS, f"location {location!r} is not a valid path")
         for name, reason in found.items():
             if reason is not None and reason not in verdicts[name].reasons:
                 verdicts[name].reasons.append(reason)
