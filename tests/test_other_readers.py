@@ -212,3 +212,29 @@ def test_destination_hard_linked_to_what_another_model_reads(tmp_path, capsys, h
                 onnxl.deduplicate_external_data([a], [a], "w.data")
     assert folder_digest(m) == before
     assert read_back(m / "b.onnx") == tensor_bytes(other)
+
+
+@pytest.mark.parametrize("how", ["align", "cli"])
+def test_in_place_never_replaces_another_model_it_reads(tmp_path, capsys, how):
+    """A view saved from a skip_raw_data load reads base.onnx's inline bytes; re-aligning
+    the view in place with base.onnx as its weights name used to overwrite base.onnx."""
+    from conftest import make_runnable_model
+
+    onnxl.save(make_runnable_model(seed=2), tmp_path / "base.onnx")
+    view = onnxl.load(tmp_path / "base.onnx", load_external_data=False, skip_raw_data=True)
+    onnxl.save(view, tmp_path / "view.onnx")
+    before = folder_digest(tmp_path)
+    v = tmp_path / "view.onnx"
+    if how == "align":
+        with pytest.raises(onnxl.ExternalDataError, match="base.onnx.*never replaced"):
+            onnxl.align_external_data_streaming(v, v, "base.onnx")
+    else:
+        code, _, err = _cli(capsys, "align", v, v, "--weights", "base.onnx")
+        assert_clean_failure(code, err)
+        assert "never replaced" in err
+    assert folder_digest(tmp_path) == before
+    assert onnxl.load(tmp_path / "base.onnx") is not None
+    # and with the default name, in place: the view gets its own weights file
+    onnxl.align_external_data_streaming(v, v, remove_unreferenced=True)
+    assert sorted(os.listdir(tmp_path)) == ["base.onnx", "view.onnx", "view.onnx.data"]
+    assert folder_digest(tmp_path)["base.onnx"] == before["base.onnx"]

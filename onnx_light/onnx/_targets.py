@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 from ._errors import ExternalDataError, shown
 from ._external import check_location
-from ._readers import Listings, readers, stored_spelling
+from ._readers import Listings, is_model_name, readers, stored_spelling
 from ._sources import SourceFiles, is_inside
 
 
@@ -288,9 +288,15 @@ def check_targets(
                     f"destination {shown(path)} is {shown(stored)} on this filesystem (it does not "
                     f"tell upper from lower case), which this call reads: name it {shown(stored)}"
                 )
+        source = files.reader_of(ids)
+        if in_place and source is not None and _never_replaced(path, model):
+            raise ExternalDataError(
+                f"destination {shown(path)} is a file this model reads and that other models "
+                "or tools load for themselves (another .onnx, or a .safetensors): even in "
+                "place it is never replaced; name the weights file otherwise"
+            )
         if in_place:
             continue
-        source = files.reader_of(ids)
         if source is None:
             continue
         if replaceable is not None:
@@ -309,6 +315,15 @@ def check_targets(
     if existing:
         models = [model] if isinstance(model, str) else list(model)
         _check_other_readers(existing, models, listings)
+
+
+def _never_replaced(path: str, model: str | Sequence[str]) -> bool:
+    """A file no in-place call may replace though it reads it: another ``.onnx`` (a
+    model whose inline bytes a view reads) or a ``.safetensors`` (other tools load it)."""
+    models = [model] if isinstance(model, str) else list(model)
+    if any(real_entry(path) == real_entry(m) for m in models):
+        return False
+    return is_model_name(os.path.basename(path)) or path.casefold().endswith(".safetensors")
 
 
 def _check_other_readers(existing: list[str], models: list[str], listings: Listings) -> None:
