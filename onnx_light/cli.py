@@ -154,6 +154,7 @@ def cmd_align(args: argparse.Namespace) -> int:
             remove_unreferenced=args.prune,
             durable=args.durable,
             drop_behind=args.drop_behind,
+            rewrite=args.rewrite,
         ),
     )
     if not args.quiet:
@@ -168,6 +169,13 @@ def _align_summary(args: argparse.Namespace, result: AlignResult, elapsed: float
         note = (
             f"single-file model: inline tensors of {result.threshold} bytes or more moved "
             "(--size-threshold sets another limit)\n"
+        )
+    if not result.rewritten:
+        files = ", ".join(_printable(os.path.basename(p)) for p in result.weights_paths)
+        return (
+            f"{_printable(args.dst)} is already as this align would write it ({result.moved} "
+            f"tensors in {files}, offsets multiples of {args.alignment}): nothing written "
+            "(--rewrite writes it again)"
         )
     if not result.moved:
         limit = "" if result.threshold is None else f" of {result.threshold} bytes or more"
@@ -202,9 +210,6 @@ def _more(result: AlignResult, args: argparse.Namespace) -> list[str]:
     return lines + _left_over(result)
 
 
-DEDUP_WEIGHTS = "weights.data"  # several models: the file they share
-
-
 def cmd_dedup(args: argparse.Namespace) -> int:
     """Run ``onnx-light dedup``.
 
@@ -221,10 +226,7 @@ def cmd_dedup(args: argparse.Namespace) -> int:
             missing, or ``--out`` is the sources' own folder.
     """
     srcs, dsts = args.sources, _dedup_destinations(args)
-    weights = args.weights
-    if weights is None:
-        name = os.path.basename(dsts[0]) + ".data" if len(dsts) == 1 else DEDUP_WEIGHTS
-        weights = os.path.join(os.path.dirname(os.path.abspath(dsts[0])), name)
+    weights = args.weights  # None: the library's default (in place, the name already used)
     label = os.path.basename(srcs[0]) if len(srcs) == 1 else f"{len(srcs)} models"
     result, elapsed = _with_progress(
         args,
@@ -628,7 +630,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_output,
         metavar="PATH",
         help="the new weights file, inside DST's folder: a path from the current folder "
-        "(out/w.data) or from DST's folder (w.data) (default: DST.data, e.g. model.onnx.data)",
+        "(out/w.data) or from DST's folder (w.data) (default: in place, the name the weights "
+        "already have, e.g. model.onnx_data; else DST.data, e.g. model.onnx.data)",
     )
     p.add_argument(
         "--alignment",
@@ -662,10 +665,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--shard-naming",
         choices=SHARD_NAMINGS,
-        default="onnx-ir",
-        help="how shards are named: onnx-ir (default: model-00001-of-00003.onnx.data) or "
-        "transformers.js (model.onnx_data, model.onnx_data_1, ...: the names its loader "
-        "derives, at most 100 files; the weights default to DST_data)",
+        default=None,
+        help="how shards are named: onnx-ir (default: model-00001-of-00003.onnx.data; in "
+        "place, the naming the model's shards follow) or transformers.js (model.onnx_data, "
+        "model.onnx_data_1, ...: the names its loader derives, at most 100 files; the "
+        "weights default to DST_data)",
     )
     p.add_argument(
         "--inline-below",
@@ -674,6 +678,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="write external tensors smaller than BYTES inline in DST (onnxruntime refuses "
         "some small inputs, a shape or axes, stored as external data)",
+    )
+    p.add_argument(
+        "--rewrite",
+        action="store_true",
+        help="in place, write the files again even when they already are as this align would "
+        "write them (by default nothing is written then)",
     )
     _add_write_flags(p, "model")
     p.set_defaults(func=cmd_align)
@@ -709,7 +719,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="the shared weights file, inside the destination folder: a path from the "
         "current folder or from that folder "
-        f"(default: {DEDUP_WEIGHTS}; with one model, its name + .data, e.g. model.onnx.data)",
+        "(default: in place, the name the weights already have when the models read one "
+        "file, e.g. model.onnx_data; else weights.data, or with one model its name + .data, "
+        "e.g. model.onnx.data)",
     )
     p.add_argument(
         "--alignment",

@@ -197,12 +197,19 @@ def test_dedup_in_place_lists_then_prunes(tmp_path, capsys):
     ]  # fmt: skip
     for p, exp in zip(srcs, expected, strict=True):
         assert read_back(p) == exp
-    code, out, err = _cli(capsys, "dedup", *srcs, "--in-place", "--prune")  # into weights.data
+    code, out, err = _cli(capsys, "dedup", *srcs, "--in-place", "--prune", "--weights", "w.data")
     assert code == 0, err
     assert out.splitlines()[-1] == "removed 1 weights files no model references: shared.data"
     assert sorted(os.listdir(tmp_path / "m")) == [
-        "a.onnx", "a.onnx.data", "b.onnx", "b.onnx.data", "weights.data"
+        "a.onnx", "a.onnx.data", "b.onnx", "b.onnx.data", "w.data"
     ]  # fmt: skip
+    for p, exp in zip(srcs, expected, strict=True):
+        assert read_back(p) == exp
+    # without --weights, in place: the one file both read keeps its name, nothing to prune
+    before = sorted(os.listdir(tmp_path / "m"))
+    code, out, err = _cli(capsys, "dedup", *srcs, "--in-place", "--prune")
+    assert code == 0, err
+    assert "removed" not in out and sorted(os.listdir(tmp_path / "m")) == before
     for p, exp in zip(srcs, expected, strict=True):
         assert read_back(p) == exp
 

@@ -328,7 +328,9 @@ _SLOW_ALIGN = textwrap.dedent(
         time.sleep(0.05)
 
     src, dst, weights = sys.argv[1:]
-    onnxl.align_external_data_streaming(src, dst, weights, 4096, 64 * 1024, progress=progress)
+    onnxl.align_external_data_streaming(
+        src, dst, weights, 4096, 64 * 1024, progress=progress, rewrite=True
+    )
     print("finished", flush=True)
     """
 )

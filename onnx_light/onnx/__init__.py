@@ -34,13 +34,13 @@ from onnx import (
     numpy_helper,
 )
 
-from ._align import AlignResult
+from ._align import AlignResult, align_external_data_streaming
 from ._dedup import DedupResult, deduplicate_external_data
 from ._edit import save_edited
 from ._errors import ExternalDataError
 from ._io import load, save, serialize_to_file
 from ._options import SerializeOptions
-from ._streaming import align_external_data_streaming, save_model_with_shared_external_data
+from ._save import save_model_with_shared_external_data
 
 # onnx's own submodules, importable as ``onnx_light.onnx.helper`` (the same objects)
 sys.modules[__name__ + ".helper"] = helper

@@ -1,10 +1,9 @@
-"""Re-align a model: the body of :func:`align_external_data_streaming`.
+"""Re-align a model: :func:`align_external_data_streaming` and its body.
 
 Scan the source's metadata, check every reference (opening its file), check
 the destinations, plan the layout, copy the bytes file to file, write the new
 ``.onnx`` (its inline weights spliced from the source, never read into
-memory), commit. The command line calls :func:`align_model` directly, for the
-counts it reports.
+memory), commit.
 """
 
 from __future__ import annotations
@@ -16,13 +15,9 @@ import onnx
 
 from ._atomic import AtomicFiles, folder_lock
 from ._errors import shown
-from ._external import (
-    Resolver,
-    place,
-    read_entries,
-)
+from ._external import PLACED, Resolver, place, read_entries
 from ._gc import paused_gc
-from ._layout import TRANSFORMERS_JS, check_shard_naming
+from ._layout import ONNX_IR, check_shard_naming
 from ._options import (
     check_alignment,
     check_chunk_size,
@@ -34,8 +29,8 @@ from ._plan import MOVE, Plan, plan_tensors
 from ._prune import remove, unreferenced
 from ._scan import PROTOBUF_LIMIT, scan_model
 from ._serialize import Spliced, piece_size, serialize_pieces, strip_raw_data
-from ._shards import WeightsFiles
-from ._sources import SourceFiles
+from ._shards import WeightsFiles, default_weights
+from ._sources import SourceFiles, identity
 from ._targets import (
     check_targets,
     destination_path,
@@ -75,6 +70,8 @@ class AlignResult(int):
         unreferenced: weights files the replaced model read that no ``.onnx``
             of its folder references any more (in place only).
         removed: those deleted (``remove_unreferenced=True``).
+        rewritten: False when an in-place call found the files already as it
+            would write them, and wrote nothing (see ``rewrite``).
     """
 
     size: int
@@ -86,6 +83,7 @@ class AlignResult(int):
     weights_paths: list[str]
     unreferenced: list[str]
     removed: list[str]
+    rewritten: bool
 
     _FIELDS = (
         "size",
@@ -97,11 +95,13 @@ class AlignResult(int):
         "weights_paths",
         "unreferenced",
         "removed",
+        "rewritten",
     )
 
     def __new__(cls, size: int, **fields) -> AlignResult:
         self = super().__new__(cls, size)
         values = {"size": size, "typed": 0, "inlined": 0, "unreferenced": [], "removed": []}
+        values.setdefault("rewritten", True)
         values.update(fields)
         for name in cls._FIELDS:  # in one order, for the repr
             setattr(self, name, values.pop(name))
@@ -116,15 +116,7 @@ class AlignResult(int):
         return f"AlignResult({fields})"
 
 
-def default_weights(dst_onnx_path: str | os.PathLike, shard_naming: str = "onnx-ir") -> str:
-    """The weights file when the caller gives none: ``DST.data``, or ``DST_data``
-    with transformers.js's naming (the name its loader derives), beside ``DST``
-    (an absolute path, so no reading from the current folder applies)."""
-    path = os.path.abspath(os.fsdecode(dst_onnx_path))
-    return path + ("_data" if shard_naming == TRANSFORMERS_JS else ".data")
-
-
-def align_model(
+def align_external_data_streaming(
     src_onnx_path: str | os.PathLike,
     dst_onnx_path: str | os.PathLike,
     dst_weights_path: str | os.PathLike | None = None,
@@ -135,15 +127,128 @@ def align_model(
     progress: Callable[[int, int], None] | None = None,
     max_shard_size: int | None = None,
     inline_below: int | None = None,
-    shard_naming: str = "onnx-ir",
+    shard_naming: str | None = None,
     remove_unreferenced: bool = False,
     durable: bool = False,
     drop_behind: bool | None = None,
+    rewrite: bool = False,
 ) -> AlignResult:
-    """Re-align ``src_onnx_path``: see :func:`align_external_data_streaming`.
+    """Rewrite a model with every external tensor at an aligned offset, streaming its bytes.
+
+    Only the metadata of ``src_onnx_path`` is parsed; each tensor's bytes are
+    copied file to file by the kernel (``copy_file_range``, then ``splice``,
+    then a ``chunk_size`` buffer) into the destination weights file (or its
+    shards), at offsets that are multiples of ``alignment`` (the first at 0,
+    zero padding between). Memory does not grow with the model's size.
+
+    Tensors spread over many source files all land in the destination
+    weights; tensors sharing a source byte range share one copy; extra
+    ``external_data`` keys (e.g. ``checksum``) are kept. Inline tensors stay
+    inline unless ``size_threshold`` is given, and are then copied file to
+    file too: memory stays flat for single-file sources. A source with no
+    external data at all (a single-file model) has its inline tensors of
+    1 KiB or more moved (onnx.save's own threshold) when ``size_threshold``
+    is None: re-aligning a single file means giving it aligned external data.
+    Tensors holding their values in a typed field (``float_data``,
+    ``int32_data``...) move like the others, written as their little-endian
+    raw bytes. When no tensor goes to the weights file, it is not created
+    (0 is returned). Destination == source (re-aligning in place) works: every
+    file is replaced atomically, and an interrupt (SIGINT, SIGTERM) or an
+    error at any instant leaves either the old files or the new ones.
+
+    Args:
+        src_onnx_path: the model to re-align.
+        dst_onnx_path: the new ``.onnx``.
+        dst_weights_path: the new weights file, inside the folder of
+            ``dst_onnx_path``, read as ``save``'s ``location`` (a path from
+            the current folder into that folder, or, as in onnx, a path from
+            that folder: a name is placed next to it). None (default): in
+            place, the name the model's weights already have (its one
+            weights file, or the name its shards derive from: optimum's
+            ``model.onnx_data`` stays ``model.onnx_data``); else ``DST.data``
+            (``model.onnx.data`` for ``model.onnx``), or ``DST_data`` with
+            ``shard_naming="transformers.js"``.
+        alignment: a power of two >= 1.
+        chunk_size: bytes per copy call, and between two progress calls.
+            Without ``progress``, copies the filesystem may share (XFS,
+            btrfs) go in calls of up to 1 GiB: sharing blocks is a metadata
+            operation, and fewer calls make a re-align of aligned weights
+            several times faster.
+        size_threshold: when set, inline tensors with at least this many bytes
+            of data move into the weights file too, streamed from the
+            source ``.onnx``. None: inline tensors stay inline, except in a
+            source without external data (see above).
+        progress: ``progress(done_bytes, total_bytes)``, called at least once
+            per ``chunk_size`` copied and last with ``done == total``.
+        max_shard_size: split the weights into files of at most this many
+            bytes, each tensor whole in one file, aligned within it; a tensor
+            larger than the limit is alone in its file. The shards and the
+            ``.onnx`` are committed together. None (default): one file.
+        inline_below: external tensors of fewer bytes are written inline
+            in the new ``.onnx`` (copied file to file), whatever
+            ``size_threshold``: onnxruntime refuses some small inputs (a
+            shape, axes) stored as external data. None (default): none.
+        shard_naming: ``"onnx-ir"`` (``model-00001-of-00003.onnx.data``
+            for ``model.onnx.data``) or ``"transformers.js"``
+            (``model.onnx_data``, ``model.onnx_data_1``... at most 100
+            files: the names its loader derives from ``model.onnx``). None
+            (default): ``"onnx-ir"``, or in place the naming the model's
+            shards already follow.
+        remove_unreferenced: in place, delete the weights files the old
+            model read and that no ``.onnx`` of its folder references any
+            more (they are listed in the result either way).
+        durable: flush the new files and their folder to the disk before
+            returning (``fsync``), so a power cut after the call cannot lose
+            them. Always done when the call replaces existing files (in
+            place); for new files it costs the time to write them to the disk
+            (see the security page).
+        drop_behind: drop the copied ranges of the source and destination
+            files from the page cache as the copy goes (the destination's
+            written to the disk first), so a copy larger than the memory
+            leaves the rest of the page cache alone. None (default): only
+            when the bytes to copy exceed the memory available (the kernel's
+            ``MemAvailable``, or the room left in the process's memory
+            cgroup), where the page cache could not keep them anyway; a
+            copy that fits is never slowed.
+        rewrite: in place, rewrite the files even when they already are as
+            this call would write them (the same names, offsets, lengths
+            and file sizes). False (default): then nothing is written, and
+            the result says ``rewritten=False``.
 
     Returns:
-        An :class:`AlignResult`.
+        An :class:`AlignResult`: an int, the number of bytes of the
+        destination weights files, padding included (0 when no tensor went
+        there and no file was written), with what was moved, inlined and
+        left behind as attributes.
+
+    Raises:
+        ValueError: bad ``alignment`` (a power of two up to 1 GiB), ``chunk_size``
+            (1 byte to 1 GiB), ``size_threshold``, ``inline_below``,
+            ``max_shard_size`` or ``shard_naming``; a weights path outside the
+            destination folder; two destinations that are one file on this
+            filesystem (``a.onnx`` and ``A.onnx`` where case is not told apart).
+        TypeError: ``progress`` is not callable.
+        FileNotFoundError: the source model or a data file is missing (the
+            message names the tensor and the path).
+        ExternalDataError: a reference is malformed, unsafe or out of range.
+        OSError: disk full or I/O error; nothing is left under the destination names.
+
+    Examples:
+        Re-align a model into a new pair of files, every external tensor at
+        an offset multiple of 4096, the weights in ``aligned.onnx.data``::
+
+            from onnx_light.onnx import align_external_data_streaming
+
+            result = align_external_data_streaming("model.onnx", "aligned.onnx")
+            print(int(result), result.moved, result.weights_paths)
+
+        Or in place, at 65536 bytes (``model.onnx`` and its weights are
+        replaced atomically)::
+
+            result = align_external_data_streaming("model.onnx", "model.onnx", alignment=65536)
+            print(result.unreferenced)  # weights files no .onnx of the folder reads any more
+
+    .. versionadded:: 0.1
     """
     # each setting through its one check (shared with save and the CLI), as plain ints
     alignment = check_alignment(alignment)  # 0 -> 1: dense
@@ -152,15 +257,19 @@ def align_model(
     inline_below = _optional(check_size_threshold, inline_below, "inline_below")
     max_shard_size = check_max_shard_size(max_shard_size)
     check_progress(progress)
-    check_shard_naming(shard_naming)
+    if shard_naming is not None:
+        check_shard_naming(shard_naming)
     src = os.path.abspath(os.fsdecode(src_onnx_path))
     dst = destination_path(dst_onnx_path)
-    if dst_weights_path is None:
-        dst_weights_path = default_weights(dst, shard_naming)
-    weights_destination(dst, dst_weights_path)  # a bad name fails before any reading
+    if dst_weights_path is not None:
+        weights_destination(dst, dst_weights_path)  # a bad name fails before any reading
     in_place = is_in_place(src, dst)
     with paused_gc(), SourceFiles() as files:
         model, plan, threshold = plan_model(src, files, size_threshold, inline_below)
+        if dst_weights_path is None:
+            kept = plan.sources if in_place else []
+            dst_weights_path, shard_naming = default_weights(dst, shard_naming, kept)
+        shard_naming = shard_naming or ONNX_IR
         items = plan.items
         weights = WeightsFiles(
             items, alignment, dst, dst_weights_path, max_shard_size, shard_naming
@@ -172,6 +281,8 @@ def align_model(
             in_place=in_place,
             hint=overwrite_hint(src, dst),
         )
+        if in_place and not rewrite and _as_written(plan, weights):
+            return _result(weights.total, plan, threshold, weights.paths, rewritten=False)
         with AtomicFiles(durable=durable) as out:
             out.reserve([*weights.outputs, dst])
             total = weights.write(out, files, 1, chunk_size, progress, drop_behind)
@@ -192,17 +303,43 @@ def align_model(
             stale = unreferenced(dst, plan.sources, weights.outputs)
             if remove_unreferenced:
                 removed = remove(stale)
+    return _result(total, plan, threshold, weights.outputs, stale, removed)
+
+
+def _result(total, plan, threshold, paths, stale=(), removed=(), rewritten=True) -> AlignResult:
     return AlignResult(
         total,
-        moved=len(items),
+        moved=len(plan.items),
         typed=plan.typed,
         inline=plan.kept_inline + len(plan.inline),
         inlined=plan.inlined,
         threshold=threshold,
-        weights_paths=weights.outputs,
-        unreferenced=stale,
-        removed=removed,
+        weights_paths=list(paths),
+        unreferenced=list(stale),
+        removed=list(removed),
+        rewritten=rewritten,
     )
+
+
+def _as_written(plan: Plan, weights: WeightsFiles) -> bool:
+    """True when the files are already as the call would write them: every tensor read
+    from the file it goes to, at its offset, its entries as written, each file of the
+    planned size, no other file read, nothing converted or brought inline."""
+    if plan.typed or plan.inlined or not plan.items:
+        return False
+    ids = {loc: identity(p) for loc, p in zip(weights.locations, weights.paths, strict=True)}
+    for item, (location, offset) in zip(plan.items, weights.placement, strict=True):
+        ref = item.ref
+        if ref is None or ref.source.identity != ids[location] or ref.offset != offset:
+            return False
+        written = [("location", location), ("offset", str(offset)), ("length", str(item.size))]
+        written += [(k, v) for k, v in item.entries.items() if k not in PLACED]
+        if [(e.key, e.value) for e in item.site.tensor.external_data] != written:
+            return False
+    sizes = [shard.layout.total for shard in weights.shards]
+    if {s.identity for s in plan.sources} != set(ids.values()):
+        return False
+    return all(os.path.getsize(p) == n for p, n in zip(weights.paths, sizes, strict=True))
 
 
 def overwrite_hint(src: str, dst: str) -> str:

@@ -37,7 +37,7 @@ from ._prune import remove, unreferenced
 from ._reuse import open_reused
 from ._scan import PROTOBUF_LIMIT
 from ._serialize import Spliced, piece_size, serialize_pieces, strip_raw_data
-from ._shards import WeightsFiles
+from ._shards import WeightsFiles, kept_weights
 from ._sources import SourceFiles
 from ._targets import (
     check_targets,
@@ -140,10 +140,28 @@ def _blob(item: Item) -> Blob:
     return Blob(item.size, data=data)
 
 
+SHARED_WEIGHTS = "weights.data"  # the default name of the file several models share
+
+
+def _default_weights(models: list[_Model]) -> str:
+    """The weights file when the caller names none: in place, the name the models'
+    weights already follow (one file they all read: optimum's ``model.onnx_data`` stays
+    ``model.onnx_data``); else ``DST.data`` for one model, ``weights.data`` for several."""
+    dst = models[0].dst
+    if all(m.in_place for m in models):
+        kept = [s for m in models for s in m.plan.sources]
+        followed = kept_weights(dst, kept, [m.dst for m in models[1:]])
+        if followed is not None:
+            return followed[0]
+    if len(models) == 1:
+        return dst + ".data"
+    return os.path.join(os.path.dirname(dst), SHARED_WEIGHTS)
+
+
 def deduplicate_external_data(
     src_onnx_paths: Sequence[str | os.PathLike],
     dst_onnx_paths: Sequence[str | os.PathLike],
-    dst_weights_path: str | os.PathLike,
+    dst_weights_path: str | os.PathLike | None = None,
     *,
     alignment: int = 4096,
     size_threshold: int = 1024,
@@ -180,7 +198,10 @@ def deduplicate_external_data(
             sources themselves (every one) deduplicate in place.
         dst_weights_path: the weights file they share, inside that folder,
             read as ``save``'s ``location`` (a path from the current folder
-            into it, or a path from it).
+            into it, or a path from it). None (default): in place, the name
+            the models' weights already have when they all read one file
+            (optimum's ``model.onnx_data`` stays ``model.onnx_data``); else
+            ``DST.data`` for one model, ``weights.data`` for several.
         alignment: offsets are multiples of it (0 or 1: dense).
         size_threshold: inline tensors of at least this many bytes move out
             and take part; smaller ones stay in their model.
@@ -236,13 +257,17 @@ def deduplicate_external_data(
     check_progress(progress)
     srcs, dsts = _paths(src_onnx_paths, dst_onnx_paths)
     folder = os.path.dirname(dsts[0])
-    weights_destination(dsts[0], dst_weights_path, dsts[1:])  # a bad name fails before reading
+    if dst_weights_path is not None:  # a bad name fails before reading
+        weights_destination(dsts[0], dst_weights_path, dsts[1:])
     with paused_gc(), SourceFiles() as files:
         models, items = [], []
         for src, dst in zip(srcs, dsts, strict=True):
             proto, plan, _ = plan_model(src, files, size_threshold)
             models.append(_Model(src, dst, proto, plan, is_in_place(src, dst), len(items)))
             items.extend(plan.items)
+        if dst_weights_path is None:
+            dst_weights_path = _default_weights(models)
+            weights_destination(dsts[0], dst_weights_path, dsts[1:])
         reused = open_reused(reuse, folder, files)
         blobs = [_blob(it) for it in items] + [r.blob for r in reused]
         bound = comparison_bound(blobs)

@@ -21,10 +21,10 @@ from collections.abc import Callable
 
 import onnx
 
-from ._align import default_weights
 from ._errors import shown
 from ._options import SerializeOptions, check_progress, check_size_threshold
 from ._save import SavePlan
+from ._shards import default_weights
 from ._sources import SourceFiles
 from ._targets import destination_path, real_entry
 
@@ -181,7 +181,7 @@ def save_edited(
         durable=durable,
     )
     if dst_weights_path is None:
-        dst_weights_path = default_weights(dst)
+        dst_weights_path = default_weights(dst)[0]
     with SourceFiles() as files:
         files.model(src)  # a source, in both modes: no destination may replace it
         plan = (_SharingPlan if share_weights else SavePlan)(

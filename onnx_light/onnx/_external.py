@@ -345,7 +345,7 @@ class Resolver:
         return TensorRef(site, source, offset, length, entries)
 
 
-_PLACED = frozenset(("location", "offset", "length"))
+PLACED = frozenset(("location", "offset", "length"))
 
 
 def place(
@@ -370,9 +370,9 @@ def place(
     add(key="location", value=location)
     add(key="offset", value=str(offset))
     add(key="length", value=str(length))
-    if len(extra) > 3 or not _PLACED.issuperset(extra):
+    if len(extra) > 3 or not PLACED.issuperset(extra):
         for key, value in extra.items():
-            if key not in _PLACED:
+            if key not in PLACED:
                 add(key=key, value=value)
     tensor.data_location = onnx.TensorProto.EXTERNAL
 

@@ -6,6 +6,7 @@ model at the same alignment gives byte-identical weights files either way.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -184,3 +185,39 @@ def shard_name(location: str, index: int, count: int, naming: str = ONNX_IR) -> 
         name = stem
     marked = f"{name}-{index + 1:05d}-of-{count:05d}{''.join(reversed(suffixes))}"
     return f"{folder}/{marked}" if folder else marked
+
+
+_ONNX_IR_SHARD = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})(?P<ext>(\.\w+)*)$")
+
+
+def followed_naming(locations: Sequence[str]) -> tuple[str, str] | None:
+    """The weights name and shard naming a model's weights files already follow.
+
+    One file is its own name; shards named as :func:`shard_name` names them
+    (``model-00001-of-00003.onnx.data``..., or ``model.onnx_data``,
+    ``model.onnx_data_1``...) give the name they derive from. Used in place,
+    so a re-layout keeps the exporter's names.
+
+    Args:
+        locations: the files' locations, relative to the model's folder.
+
+    Returns:
+        ``(location, naming)``, or None when the files follow no single name.
+    """
+    names = sorted(set(locations))
+    if len(names) == 1:
+        return names[0], ONNX_IR
+    if not names:
+        return None
+    count = len(names)
+    base = min(names, key=len)
+    if names == sorted(shard_name(base, i, count, TRANSFORMERS_JS) for i in range(count)):
+        return base, TRANSFORMERS_JS
+    folder, _, first = names[0].rpartition("/")
+    m = _ONNX_IR_SHARD.match(first)
+    if m is None:
+        return None
+    base = (folder + "/" if folder else "") + m["stem"] + m["ext"]
+    if names == sorted(shard_name(base, i, count, ONNX_IR) for i in range(count)):
+        return base, ONNX_IR
+    return None

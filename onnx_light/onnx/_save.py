@@ -1,7 +1,8 @@
-"""SavePlan: save a model, its tensors placed by the one planner.
+"""SavePlan: save a model, its tensors placed by the one planner; the shared save.
 
-Shared by :func:`~onnx_light.onnx.save` and
-:func:`~onnx_light.onnx.save_model_with_shared_external_data`: the planner
+Shared by :func:`~onnx_light.onnx.save`,
+:func:`~onnx_light.onnx.save_model_with_shared_external_data` (here, beside
+its body) and :func:`~onnx_light.onnx.save_edited`: the planner
 (:func:`~._plan.plan_tensors`) says where each tensor goes, this lays out the
 weights files, checks the destinations (the in-place case included) and
 writes. Every check runs before anything is written.
@@ -10,19 +11,27 @@ writes. Every check runs before anything is written.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import onnx
 
 from ._atomic import AtomicFiles
 from ._errors import OUTSIDE, ExternalDataError, shown
 from ._external import Resolver, TensorRef, place
-from ._options import SerializeOptions, check_alignment, check_num_threads
+from ._options import (
+    SerializeOptions,
+    check_alignment,
+    check_num_threads,
+    check_options,
+    check_progress,
+    derived,
+)
 from ._plan import INLINE, KEEP, MOVE, plan_tensors
 from ._scan import model_files, ref_key
 from ._serialize import Spliced, serialize_pieces, strip_raw_data
 from ._shards import WeightsFiles
 from ._sources import SourceFiles
-from ._targets import check_targets, target_identities, weights_destination
+from ._targets import check_targets, destination_path, target_identities, weights_destination
 from ._tensors import iter_tensors
 from ._writer import write_pieces
 
@@ -227,3 +236,57 @@ def _base_resolver(base_dir, folder: str, files: SourceFiles) -> Resolver:
     if os.path.isfile(base):  # the .onnx itself: its real folder is allowed too, as in load
         return Resolver(os.path.dirname(base), files, None, files.model(base))
     return Resolver(base, files)
+
+
+class _SharedPlan(SavePlan):
+    overwrite_hint = "give the variant another file name than the model it shares weights with"
+
+
+def save_model_with_shared_external_data(
+    model: onnx.ModelProto,
+    dst_onnx_path: str | os.PathLike,
+    *,
+    options: SerializeOptions | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Save a variant model that reuses another model's weights file.
+
+    Tensors already EXTERNAL keep their ``external_data`` entries verbatim: no
+    byte of them is read or written. Each must resolve from
+    ``dst_onnx_path``'s folder; all are checked before anything is written.
+    Inline tensors with at least ``options.size_threshold`` bytes are written
+    to ``dst_onnx_path + ".data"`` at offsets aligned to ``options.alignment``.
+
+    .. note:: The caller's model is modified in place: the tensors written to
+       the new file lose their ``raw_data`` and point at it.
+
+    Args:
+        model: the variant, e.g. loaded with ``load_external_data=False`` and
+            given new tensors.
+        dst_onnx_path: the new ``.onnx``; it must sit where the reused
+            locations resolve (usually next to the first model).
+        options: alignment, size threshold and writer threads
+            (``use_external_data_location`` is always True here); keyword-only.
+        progress: ``progress(done_bytes, total_bytes)`` while the new
+            weights are written, as in :func:`align_external_data_streaming`.
+
+    Returns:
+        The size of the new ``.data`` file, 0 when no tensor was new (the file
+        is then not created).
+
+    Raises:
+        FileNotFoundError: a reused file is missing.
+        ExternalDataError: a reused reference is unsafe, out of range, or
+            would be overwritten by this save.
+        TypeError: ``model`` is not a ModelProto, or ``options`` not a
+            :class:`SerializeOptions`.
+
+    .. versionadded:: 0.1
+    """
+    options = check_options(options)
+    check_progress(progress)
+    opts = derived(options, use_external_data_location=True)
+    path = destination_path(dst_onnx_path)
+    with SourceFiles() as files:
+        plan = _SharedPlan(model, path, os.path.basename(path) + ".data", opts, files)
+        return plan.write(mutate=True, progress=progress)

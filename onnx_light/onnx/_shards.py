@@ -12,7 +12,7 @@ shards).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ._atomic import AtomicFiles
 from ._errors import shown
@@ -20,14 +20,76 @@ from ._layout import (
     ONNX_IR,
     TRANSFORMERS_JS,
     TRANSFORMERS_JS_MAX_FILES,
+    followed_naming,
     plan_shards,
     shard_name,
 )
 from ._memory import drop_by_default
 from ._plan import Item
-from ._sources import SourceFiles
+from ._readers import Listings, readers, stored_spelling
+from ._sources import SourceFile, SourceFiles
 from ._targets import weights_destination
 from ._writer import write_weights
+
+
+def kept_weights(
+    dst_onnx_path: str, kept: list[SourceFile], others: Sequence[str] = ()
+) -> tuple[str, str] | None:
+    """In place, the weights name the replaced model's files already follow, and its
+    shard naming: a re-layout keeps the exporter's names (optimum's
+    ``model.onnx_data``, onnx-ir's shards). None when they follow no single name,
+    one of them is another ``.onnx`` or a ``.safetensors`` (never replaced), or
+    another model of the folder reads one (it keeps them: new names are needed).
+
+    Args:
+        dst_onnx_path: the destination ``.onnx`` (the source itself, in place).
+        kept: the data files the replaced model reads.
+        others: the call's other models replaced in place (dedup): their
+            reading the files does not count.
+    """
+    folder = os.path.dirname(os.path.abspath(dst_onnx_path))
+    names = [os.path.relpath(s.path, folder).replace(os.sep, "/") for s in kept]
+    if not names or any(n.casefold().endswith((".onnx", ".safetensors")) for n in names):
+        return None
+    followed = followed_naming(names)
+    if followed is None or followed[0].startswith("../"):
+        return None
+    listings = Listings()
+    skip = {stored_spelling(m, listings) for m in (dst_onnx_path, *others)}
+    read, unreadable = readers([s.path for s in kept], folder, skip, listings)
+    if read or unreadable:  # another model reads them (or may): they stay, under their names
+        return None
+    return os.path.join(folder, followed[0]), followed[1]
+
+
+def default_weights(
+    dst_onnx_path: str | os.PathLike,
+    shard_naming: str | None = None,
+    kept: list[SourceFile] | None = None,
+) -> tuple[str, str | None]:
+    """The weights file when the caller names none, and the shard naming.
+
+    In place (``kept``: the data files the replaced model reads), the name
+    they already follow (:func:`kept_weights`); else ``DST.data``, or
+    ``DST_data`` with transformers.js's naming (the name its loader derives,
+    so, asked for it, that name even in place). An absolute path beside
+    ``DST``: no reading from the current folder applies.
+
+    Args:
+        dst_onnx_path: the destination ``.onnx``.
+        shard_naming: the caller's naming, None when not given.
+        kept: in place, the files the model reads now (None or empty: a new model).
+
+    Returns:
+        ``(weights path, naming)``: the naming the caller gave, else the one
+        the kept files follow (None when neither says).
+    """
+    path = os.path.abspath(os.fsdecode(dst_onnx_path))
+    followed = kept_weights(path, kept) if kept and shard_naming != TRANSFORMERS_JS else None
+    if followed is not None:
+        return followed[0], shard_naming or followed[1]
+    suffix = "_data" if shard_naming == TRANSFORMERS_JS else ".data"
+    return path + suffix, shard_naming
 
 
 class WeightsFiles:
