@@ -2,6 +2,6 @@
 
 import sys
 
-from onnx_light.cli import main
+from onnx_light._command import main
 
 sys.exit(main())

@@ -50,6 +50,21 @@ def _file_size(base: str, location: str) -> int | None:
         return None
 
 
+def _owner_name(model: onnx.ModelProto, path: tuple) -> str | None:
+    """``node name.attribute name`` for a tensor held by a named node's attribute."""
+    if len(path) < 2 or path[-1][0] not in ("t", "tensors") or path[-2][0] != "attribute":
+        return None
+    proto: object = model
+    for field, index in path[:-2]:
+        proto = getattr(proto, field)
+        if index is not None:
+            proto = proto[index]
+    if not isinstance(proto, onnx.NodeProto) or not proto.name:
+        return None
+    attribute = proto.attribute[path[-2][1]]
+    return f"{_text(proto.name)}.{_text(attribute.name)}"
+
+
 def model_info(path: str) -> dict:
     """Describe every tensor of a model and where its bytes live, weights unread.
 
@@ -57,13 +72,15 @@ def model_info(path: str) -> dict:
         path: the ``.onnx`` file.
 
     Returns:
-        A JSON-ready dict: ``model``, ``tensors`` (name, path, dtype, shape,
-        location (None when inline), offset, length, offset_pow2), ``files``
-        (location, tensors, bytes referenced, file_size: the size on disk, None
-        when missing or unsafe), ``external_tensors``, ``alignment`` (the
-        largest power of two dividing every external offset, None without
-        any nonzero offset), ``aligned`` ({"4096": bool, "65536": bool}) and
-        ``shared_ranges`` (:func:`shared_ranges`).
+        A JSON-ready dict: ``model``, ``tensors`` (name (an unnamed attribute
+        tensor of a named node is ``node.attribute``), path, dtype, shape,
+        location (None when inline), offset, length, offset_pow2), ``files`` (location, tensors, bytes referenced, file_size: the size
+        on disk, None when missing or unsafe; missing: True when the file
+        does not exist), ``missing_files``, ``tensor_count``,
+        ``external_tensors``, ``inline_tensors``, ``inline_bytes``,
+        ``alignment`` (the largest power of two dividing every external
+        offset, None without any nonzero offset), ``aligned`` ({"4096": bool,
+        "65536": bool}) and ``shared_ranges`` (:func:`shared_ranges`).
     """
     base = os.path.dirname(os.path.abspath(path))
     with SourceFiles() as opened:
@@ -89,7 +106,7 @@ def model_info(path: str) -> dict:
             length = len(t.raw_data) if t.HasField("raw_data") else tensor_nbytes(t)
         tensors.append(
             {
-                "name": _text(t.name) or site.label,
+                "name": _text(t.name) or _owner_name(model, site.path) or site.label,
                 "path": path_to_str(site.path),
                 "dtype": dtype,
                 "shape": list(t.dims),
@@ -102,6 +119,8 @@ def model_info(path: str) -> dict:
         if location not in files:  # None: inline, in the .onnx itself
             size = None if location is None else _file_size(base, location)
             files[location] = {"location": location, "tensors": 0, "bytes": 0, "file_size": size}
+            if location is not None:
+                files[location]["missing"] = _missing(base, location)
         entry = files[location]
         entry["tensors"] += 1
         entry["bytes"] += length if isinstance(length, int) else 0
@@ -113,15 +132,45 @@ def model_info(path: str) -> dict:
     aligned = {
         str(a): all(isinstance(o, int) and o % a == 0 for o in offsets) for a in (4096, 65536)
     }
+    inline_rows = [t for t in tensors if t["location"] is None]
     return {
         "model": path,
         "tensors": tensors,
         "files": list(files.values()),
+        "missing_files": [f["location"] for f in files.values() if f.get("missing")],
+        "tensor_count": len(tensors),
         "external_tensors": len(external),
+        "inline_tensors": len(inline_rows),
+        "inline_bytes": sum(t["length"] for t in inline_rows if isinstance(t["length"], int)),
         "alignment": alignment,
         "aligned": aligned,
         "shared_ranges": shared_ranges(tensors),
     }
+
+
+def listed(info: dict, external_only: bool = False, min_size: int = 0) -> dict:
+    """``info`` with only the tensors a reader asked for (``info --external --min-size``);
+    the counts, files and shared ranges still cover every tensor."""
+    tensors = [
+        t
+        for t in info["tensors"]
+        if (t["location"] is not None or not external_only)
+        and (not min_size or isinstance(t["length"], int) and t["length"] >= min_size)
+    ]
+    return {
+        **info,
+        "tensors": tensors,
+        "listed": {"external_only": external_only, "min_size": min_size},
+    }
+
+
+def _missing(base: str, location: str) -> bool:
+    """True when a location names no file (a location that is unsafe is not 'missing')."""
+    try:
+        check_location(location, "")
+        return not os.path.lexists(os.path.join(base, location))
+    except (OSError, ValueError):
+        return False
 
 
 def shared_ranges(tensors: list[dict]) -> list[dict]:

@@ -5,6 +5,11 @@ from __future__ import annotations
 import sys
 import time
 
+MIB = 2**20
+BAR_FORMAT = (
+    "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} MiB [{elapsed}<{remaining}, {rate_fmt}]"
+)
+
 
 def human(n: int) -> str:
     """``1536`` -> ``1.5 KiB``."""
@@ -61,20 +66,19 @@ class Progress:
 
     def __call__(self, done: int, total: int) -> None:
         if self.tqdm is not None:
-            if self.bar is None:
+            if self.bar is None:  # in MiB, as the summaries: no SI "MB" beside a "MiB/s"
                 self.bar = self.tqdm(
-                    total=total,
+                    total=total / MIB,
                     desc=self.label,
-                    unit="B",
-                    unit_scale=True,
-                    unit_divisor=1024,
+                    unit="MiB",
+                    bar_format=BAR_FORMAT,
                     file=sys.stderr,
                     leave=False,
                 )
-            if total != self.bar.total:  # a total that changed (dedup: once compared)
-                self.bar.total = total
+            if total / MIB != self.bar.total:  # a total that changed (dedup: once compared)
+                self.bar.total = total / MIB
                 self.bar.refresh()
-            self.bar.update(done - self.last)
+            self.bar.update((done - self.last) / MIB)
             self.last = done
             return
         now = time.monotonic()

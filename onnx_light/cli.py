@@ -27,7 +27,13 @@ import sys
 import time
 
 import onnx_light
-from onnx_light._inspect import model_info, shared_across, transposed_pairs, verify_models
+from onnx_light._inspect import (
+    listed,
+    model_info,
+    shared_across,
+    transposed_pairs,
+    verify_models,
+)
 from onnx_light._loaders import loader_verdicts
 from onnx_light._progress import Progress, human, rate
 from onnx_light.onnx import (
@@ -285,8 +291,7 @@ def _dedup_summary(
     before, saved = result.bytes_before, result.bytes_saved
     plural = "model" if models == 1 else "models"
     if saved >= 0:
-        percent = f"{saved * 100 // before}%" if before else "0%"
-        gain = f"{percent} saved ({saved} of {before} bytes)"
+        gain = f"{_percent(saved, before)} saved ({saved} of {before} bytes)"
     else:
         gain = (
             f"nothing saved: {-saved} bytes more than before (alignment padding; "
@@ -338,15 +343,27 @@ def _dedup_summary(
     return "\n".join(lines)
 
 
+def _percent(part: int, whole: int) -> str:
+    """``part`` of ``whole`` as a percentage with the digits that matter: 43%, 4.2%, 0.38%."""
+    if not whole or not part:
+        return "0%"
+    p = 100 * part / whole
+    if p >= 10:
+        return f"{p:.0f}%"
+    return f"{p:.2g}%" if p < 1 else f"{p:.1f}%"
+
+
 def _left_over(result: AlignResult | DedupResult) -> list[str]:
     """The line about the weights files left behind by an in-place run, if any."""
     names = ", ".join(_printable(os.path.basename(p)) for p in result.unreferenced)
     if result.removed:
-        return [f"removed {len(result.removed)} weights files no model references: {names}"]
+        n = len(result.removed)
+        return [f"removed {n} weights {_plural(n, 'file')} no model references: {names}"]
     if result.unreferenced:
+        n = len(result.unreferenced)
         return [
-            f"{len(result.unreferenced)} weights files no .onnx of the folder references any "
-            f"more: {names} (--prune removes them)"
+            f"{n} weights {_plural(n, 'file')} no .onnx of the folder references any "
+            f"more: {names} (--prune removes {'it' if n == 1 else 'them'})"
         ]
     return []
 
@@ -389,6 +406,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     infos = [model_info(path) for path in args.model]
     several = len(infos) > 1
     shared = shared_across(infos) if several else infos[0]["shared_ranges"]
+    infos = [listed(info, args.external, args.min_size) for info in infos]
     # None: not looked for (it reads the weights); []: looked for, none found
     transposed = transposed_pairs(args.model) if args.twins else None
     if not several and transposed is not None:
@@ -440,11 +458,29 @@ def _tensor_namer(models: list[str]):
 
 
 def _print_info(info: dict) -> None:
-    """One model's tensor table, files and alignment."""
+    """One model: a summary (tensors by place, bytes per file, alignment, shared ranges),
+    the files, then the tensor table (as filtered)."""
 
     def cell(v: object, none: str = "-") -> str:
         return none if v is None else _printable(str(v))
 
+    for line in _info_summary(info):
+        print(line)
+    print()
+    files = [["file", "tensors", "bytes", "file size"]]
+    for f in info["files"]:
+        size = f["file_size"]
+        shown_size = "-" if size is None else f"{size} ({human(size)})"
+        files.append(
+            [
+                cell(f["location"], "inline"),
+                str(f["tensors"]),
+                f"{f['bytes']} ({human(f['bytes'])})",
+                "missing" if f.get("missing") else shown_size,
+            ]
+        )
+    print(_table(files, {1, 2, 3}))
+    print()
     rows = [["name", "dtype", "shape", "location", "offset", "length", "offset 2^k"]]
     for t in info["tensors"]:
         inline = t["location"] is None
@@ -460,30 +496,48 @@ def _print_info(info: dict) -> None:
                 pow2,
             ]
         )
-    print(
-        f"{_printable(info['model'])}: {len(info['tensors'])} tensors, "
-        f"{info['external_tensors']} external"
-    )
-    print(_table(rows, {4, 5, 6}))
-    print()
-    files = [["file", "tensors", "bytes", "file size"]]
-    for f in info["files"]:
-        size = f["file_size"]
-        files.append(
-            [
-                cell(f["location"], "inline"),
-                str(f["tensors"]),
-                f"{f['bytes']} ({human(f['bytes'])})",
-                "-" if size is None else f"{size} ({human(size)})",
-            ]
+    shown = info.get("listed", {})
+    if shown.get("external_only") or shown.get("min_size"):
+        what = " external" if shown.get("external_only") else ""
+        size = f" of at least {shown['min_size']} bytes" if shown.get("min_size") else ""
+        print(
+            f"{len(info['tensors'])} of {info['tensor_count']} tensors listed:{what} tensors{size}"
         )
-    print(_table(files, {1, 2, 3}))
-    print()
+    print(_table(rows, {4, 5, 6}))
+
+
+def _info_summary(info: dict) -> list[str]:
+    """The lines that lead ``info``: what a reader looks for first."""
+    external_files = [f for f in info["files"] if f["location"] is not None]
+    external_bytes = sum(f["bytes"] for f in external_files)
+    count = len(external_files)
+    lines = [
+        f"{_printable(info['model'])}: {info['tensor_count']} "
+        f"{_plural(info['tensor_count'], 'tensor')}, "
+        f"{info['external_tensors']} external ({human(external_bytes)} in {count} "
+        f"{_plural(count, 'file')}), {info['inline_tensors']} inline "
+        f"({human(info['inline_bytes'])})"
+    ]
     if info["external_tensors"]:
-        print(f"common alignment of external offsets: {cell(info['alignment'], 'any')}")
+        common = "any" if info["alignment"] is None else str(info["alignment"])
+        lines.append(f"common alignment of external offsets: {common}")
+    note = " (no external tensors)" if not info["external_tensors"] else ""
     for a, ok in info["aligned"].items():
-        note = " (no external tensors)" if not info["external_tensors"] else ""
-        print(f"aligned to {a}: {'yes' if ok else 'no'}{note}")
+        lines.append(f"aligned to {a}: {'yes' if ok else 'no'}{note}")
+    shared = info["shared_ranges"]
+    if shared:
+        lines.append(f"{len(shared)} {_plural(len(shared), 'range')} read by several tensors")
+    for location in info["missing_files"]:
+        lines.append(
+            f"missing: {_printable(location)} does not exist (onnx-light verify checks every "
+            "reference)"
+        )
+    return lines
+
+
+def _plural(n: int, word: str) -> str:
+    """``word`` for 1, ``word + s`` otherwise."""
+    return word if n == 1 else word + "s"
 
 
 def _sharing(shared: list[dict], across: str = "") -> str:
@@ -532,7 +586,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         model = _printable(path)
         if problems:
             print(
-                f"{PROG}: error: {len(problems)} problem(s) with external references in {model}",
+                f"{PROG}: error: {len(problems)} {_plural(len(problems), 'problem')} with "
+                f"external references in {model}",
                 file=sys.stderr,
             )
         elif all(v.accepts for v in found):
@@ -781,6 +836,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="one model, or several: then the ranges their tensors share are listed too",
     )
     p.add_argument("--json", action="store_true", help="print a JSON document instead")
+    p.add_argument(
+        "--external",
+        action="store_true",
+        help="list only the external tensors (the summary and files still count every one)",
+    )
+    p.add_argument(
+        "--min-size",
+        type=_size,
+        default=0,
+        metavar="BYTES",
+        help="list only the tensors of at least BYTES, e.g. 1K",
+    )
     p.add_argument(
         "--twins",
         action="store_true",

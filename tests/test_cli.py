@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import onnx
@@ -178,7 +179,7 @@ def test_align_tqdm_progress_bar(tmp_path, monkeypatch, capsys):
     assert "align m.onnx" in err.getvalue() and "B/s" in err.getvalue()
     (bar,) = bars
     total = weights_nbytes(N, DIM)
-    assert bar.calls[-1] == (total, total) and bar.final == (total, total)
+    assert bar.calls[-1] == (total, total) and bar.final == (total / 2**20, total / 2**20)  # MiB
     assert len(bar.calls) >= total // 4096, "one update per chunk at least"
     assert [done for done, _ in bar.calls] == sorted(done for done, _ in bar.calls)
     written = os.path.getsize(tmp_path / "out.onnx.data")
@@ -314,7 +315,7 @@ def test_info_json(tmp_path, capsys):
     assert doc["tensors"][0]["offset_pow2"] is None  # offset 0: any power of two
     total = weights_nbytes(N, DIM)
     assert doc["files"] == [
-        {"location": "m.data", "tensors": 8, "bytes": total, "file_size": total}
+        {"location": "m.data", "tensors": 8, "bytes": total, "file_size": total, "missing": False}
     ]
     assert doc["external_tensors"] == 8
     assert doc["alignment"] == 256
@@ -392,7 +393,7 @@ def test_verify_corrupted_references(tmp_path, capsys):
         lines, ["W1", "B2", "W3", "B3"], ["past the end", "128", "missing.data", ".."], strict=True
     ):
         assert f"'{name}'" in line and word in line
-    assert_one_error_line(captured.err, "4 problem(s) with external references")
+    assert_one_error_line(captured.err, "4 problems with external references")
 
 
 # errors, help, version -----------------------------------------------------
@@ -610,7 +611,7 @@ def test_cli_on_a_tensor_name_that_is_not_utf8(tmp_path, capsys, command):
     assert path.read_bytes() == before, "the source model is unchanged"
     escaped = "\\xff\\xfe"
     if command == "info":
-        assert "1 tensors, 0 external" in out
+        assert "1 tensor, 0 external" in out
         row = next(line for line in out.splitlines() if line.startswith(escaped))
         assert row.split() == [escaped, "UINT8", "[4]", "inline", "-", "4", "-"]
     elif command == "info --json":
@@ -680,3 +681,44 @@ def test_prune_not_in_place_says_there_is_nothing_to_prune(tmp_path, capsys):
     assert main(["align", src, str(tmp_path / "o.onnx"), "--prune", "--alignment", "0"]) == 0
     out = capsys.readouterr().out
     assert "nothing to prune" in out and "dense (no alignment)" in out
+
+
+def test_ctrl_c_while_the_command_imports_is_one_line():
+    """A Ctrl-C during the first tenth of a second (the CLI importing onnx) prints the
+    short line and exits 130, as one during the run does, never a traceback."""
+    code = textwrap.dedent(
+        """
+        import sys
+
+        class Interrupt:
+            def find_spec(self, name, path=None, target=None):
+                if name == "onnx_light.cli":
+                    raise KeyboardInterrupt
+                return None
+
+        sys.meta_path.insert(0, Interrupt())
+        from onnx_light._command import main
+        sys.exit(main(["info", "m.onnx"]))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 130
+    assert proc.stderr == "onnx-light: interrupted\n" and proc.stdout == ""
+
+
+def test_the_installed_command_uses_the_light_entry_point():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    assert scripts == {"onnx-light": "onnx_light._command:main"}
+
+
+@pytest.mark.parametrize(
+    ("part", "whole", "shown"),
+    [(0, 100, "0%"), (43, 100, "43%"), (42, 1000, "4.2%"), (499712, 130510848, "0.38%")],
+)
+def test_percentages_show_the_digits_that_matter(part, whole, shown):
+    from onnx_light.cli import _percent
+
+    assert _percent(part, whole) == shown

@@ -96,7 +96,9 @@ def test_dedup_out_two_models(tmp_path, capsys, monkeypatch):
     for number in (human(result.bytes_before), human(result.bytes_written), "+ 0 B reused"):
         assert number in lines[0]
     saved = result.bytes_saved
-    assert f"{saved * 100 // result.bytes_before}% saved ({saved} of {result.bytes_before}" in out
+    assert saved == result.bytes_before - result.bytes_written
+    percent = 100 * saved / result.bytes_before
+    assert f"{percent:.0f}% saved ({saved} of {result.bytes_before} bytes)" in out
     # W0 differs; W1..W3 and B0..B3 are shared
     assert len(result.groups) == 2 * N - 1
     assert lines[1] == f"{2 * N - 1} ranges are each read by several tensors ({4 * N - 2} tensors)"
@@ -199,7 +201,7 @@ def test_dedup_in_place_lists_then_prunes(tmp_path, capsys):
         assert read_back(p) == exp
     code, out, err = _cli(capsys, "dedup", *srcs, "--in-place", "--prune", "--weights", "w.data")
     assert code == 0, err
-    assert out.splitlines()[-1] == "removed 1 weights files no model references: shared.data"
+    assert out.splitlines()[-1] == "removed 1 weights file no model references: shared.data"
     assert sorted(os.listdir(tmp_path / "m")) == [
         "a.onnx", "a.onnx.data", "b.onnx", "b.onnx.data", "w.data"
     ]  # fmt: skip
@@ -260,6 +262,10 @@ def test_dedup_reuse_safetensors(tmp_path, capsys, monkeypatch):
     (result,) = results
     assert result.bytes_reused == 2 * WEIGHT  # W1 and W2, read by both models, counted once
     assert f"+ {human(2 * WEIGHT)} reused" in text.splitlines()[0]
+    # what reuse avoids writing is saved too: before - written
+    saved = result.bytes_before - result.bytes_written
+    assert result.bytes_saved == saved > 2 * WEIGHT
+    assert f"saved ({saved} of {result.bytes_before} bytes)" in text.splitlines()[0]
     assert folder_digest(out)["model.safetensors"] == st["model.safetensors"]
     for src in srcs:
         dst = out / os.path.basename(src)

@@ -77,7 +77,10 @@ def test_the_tqdm_bar_learns_a_total_that_shrinks():
 
     pytest.importorskip("tqdm")
     bar = Progress("dedup 2 models")
-    bar(100, 1000)
-    bar(400, 400)
-    assert bar.bar.total == 400 and bar.bar.n == 400
+    mib = 2**20
+    bar(100 * mib, 1000 * mib)
+    bar(400 * mib, 400 * mib)
+    assert bar.bar.total == 400 and bar.bar.n == 400  # in MiB
+    text = str(bar.bar)
+    assert "400.0/400.0 MiB" in text and "MB" not in text and "MiB/s" in text
     bar.close()

@@ -20,7 +20,7 @@ import onnx
 
 from ._align import overwrite_hint, plan_model
 from ._atomic import AtomicFiles, folder_lock
-from ._content import Blob, comparison_bound, content_classes
+from ._content import Blob, comparison_bound, comparison_estimate, content_classes
 from ._errors import ExternalDataError, shown
 from ._external import place
 from ._gc import paused_gc
@@ -86,8 +86,9 @@ class DedupResult:
 
     @property
     def bytes_saved(self) -> int:
-        """``bytes_before`` minus the bytes written and reused (padding counts)."""
-        return self.bytes_before - self.bytes_written - self.bytes_reused
+        """``bytes_before`` minus the bytes written (padding counts): what sharing and
+        reuse avoid writing (a reused range is already on disk, in the reused file)."""
+        return self.bytes_before - self.bytes_written
 
 
 @dataclass
@@ -271,7 +272,7 @@ def deduplicate_external_data(
         reused = open_reused(reuse, folder, files)
         blobs = [_blob(it) for it in items] + [r.blob for r in reused]
         bound = comparison_bound(blobs)
-        report = _Phases(progress, bound, sum(it.size for it in items))
+        report = _Phases(progress, comparison_estimate(blobs), sum(it.size for it in items))
         if drop_behind is None:  # decided once, for the comparison and the copy
             drop_behind = drop_by_default(bound + sum(it.size for it in items))
         classes = content_classes(blobs, files, report.comparing, drop_behind)
@@ -362,23 +363,28 @@ def _refuse_reused_targets(paths: list[str], reused: list) -> None:
 class _Phases:
     """One ``progress(done, total)`` over two phases: comparing, then writing.
 
-    The comparison reads at most ``bound`` bytes; the writing's total is
-    known once the comparison has decided what is unique (announced as every
-    tensor's bytes until then), so the total may shrink once, never ``done``.
+    The total is the bytes the call reads and writes, refined as it learns:
+    the comparison is announced as reading each look-alike once
+    (:func:`~._content.comparison_estimate`), and grows only if it reads more
+    (equal or alike tensors compared again); the writing as every tensor's
+    bytes until the comparison has decided what is unique, then what it
+    writes. ``done`` never goes back.
     """
 
-    def __init__(self, progress, bound: int, upper: int) -> None:
-        self.progress, self.bound, self.upper = progress, bound, upper
+    def __init__(self, progress, estimate: int, upper: int) -> None:
+        self.progress, self.estimate, self.upper = progress, estimate, upper
+        self.compared = 0
 
     def comparing(self, done: int) -> None:
+        self.compared = max(self.compared, done)
         if self.progress is not None:
-            self.progress(min(done, self.bound), self.bound + self.upper)
+            self.progress(self.compared, max(self.estimate, self.compared) + self.upper)
 
     def writing(self):
         if self.progress is None:
             return None
-        bound, progress = self.bound, self.progress
-        return lambda done, total: progress(bound + done, bound + total)
+        compared, progress = self.compared, self.progress
+        return lambda done, total: progress(compared + done, compared + total)
 
 
 def _stored_before(items: list[Item]) -> int:
