@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import sys
 import time
 
@@ -232,6 +233,7 @@ def cmd_dedup(args: argparse.Namespace) -> int:
             missing, or ``--out`` is the sources' own folder.
     """
     srcs, dsts = args.sources, _dedup_destinations(args)
+    extra = _exporter_files(srcs) if args.out else []
     weights = args.weights  # None: the library's default (in place, the name already used)
     label = os.path.basename(srcs[0]) if len(srcs) == 1 else f"{len(srcs)} models"
     result, elapsed = _with_progress(
@@ -252,29 +254,54 @@ def cmd_dedup(args: argparse.Namespace) -> int:
             drop_behind=args.drop_behind,
         ),
     )
+    copied = _bring_files(extra, args.out) if args.with_files else []
     if not args.quiet:
         print(_dedup_summary(args, result, len(srcs), elapsed))
+        for line in _out_notes(args, dsts, extra, copied):
+            print(line)
     return 0
 
 
+def _out_notes(
+    args: argparse.Namespace, dsts: list[str], extra: list[str], copied: list[str]
+) -> list[str]:
+    """What ``dedup --out`` named otherwise, and the exporter's files: copied, or not."""
+    lines = []
+    renamed = [
+        f"{_printable(s)} -> {_printable(os.path.basename(d))}"
+        for s, d in zip(args.sources, dsts, strict=True)
+        if os.path.basename(s) != os.path.basename(d)
+    ]
+    if renamed:
+        lines.append(f"written as: {', '.join(renamed)}")
+    if copied:
+        lines.append(f"copied beside them: {', '.join(_printable(n) for n in copied)}")
+    elif extra and not args.with_files:
+        names = [os.path.basename(p) for p in extra]
+        shown = ", ".join(_printable(n) for n in names[:3])
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        lines.append(
+            f"the sources' folder also holds {shown}{more}, which loaders such as optimum's "
+            "ORTModel and onnxruntime-genai read beside the models: --with-files copies them"
+        )
+    return lines
+
+
 def _dedup_destinations(args: argparse.Namespace) -> list[str]:
-    """One destination per source: itself (``--in-place``) or ``DIR/<its name>``."""
+    """One destination per source: itself (``--in-place``), or ``DIR/<name>``: the name
+    given (``--names``), else its file name, else, when two sources share a file name
+    (onnxruntime-genai writes every model as ``model.onnx`` in a folder of its own),
+    ``<its folder's name>_<its file name>``."""
     if args.in_place:
+        if args.names:
+            raise ValueError("--names names the models written with --out, not in place")
         return list(args.sources)
     folder = args.out
     if not os.path.isdir(folder):
         what = "is not a folder" if os.path.exists(folder) else "does not exist"
         raise ValueError(f"--out {folder}: {what} (create the folder first)")
-    named: dict[str, str] = {}
-    for src in args.sources:
-        name = os.path.basename(src)
-        if name in named:
-            raise ValueError(
-                f"{named[name]} and {src} would both be written to {os.path.join(folder, name)}: "
-                "with --out, each model keeps its file name; rename one of them"
-            )
-        named[name] = src
-    dsts = [os.path.join(folder, os.path.basename(s)) for s in args.sources]
+    names = _output_names(args.sources, args.names)
+    dsts = [os.path.join(folder, name) for name in names]
     for src, dst in zip(args.sources, dsts, strict=True):
         if os.path.exists(src) and is_in_place(os.path.abspath(src), os.path.abspath(dst)):
             raise ValueError(
@@ -282,6 +309,71 @@ def _dedup_destinations(args: argparse.Namespace) -> list[str]:
                 "pass --in-place instead to deduplicate them in place"
             )
     return dsts
+
+
+def _output_names(sources: list[str], given: list[str] | None) -> list[str]:
+    """The file names of the models ``dedup --out`` writes.
+
+    Raises:
+        ValueError: ``--names`` does not give one plain ``.onnx`` name per source,
+            or two sources would get one name.
+    """
+    if given:
+        if len(given) != len(sources):
+            n = len(given)
+            raise ValueError(f"--names gives {n} {_plural(n, 'name')} for {len(sources)} models")
+        bad = [n for n in given if os.path.basename(n) != n or not n.endswith(".onnx")]
+        if bad:
+            raise ValueError(f"--names {bad[0]}: a file name ending in .onnx, without a folder")
+        names = list(given)
+    else:
+        names = [os.path.basename(s) for s in sources]
+        if len(set(names)) < len(names):  # genai's layout: model.onnx in each folder
+            names = [
+                f"{os.path.basename(os.path.dirname(os.path.abspath(s)))}_{os.path.basename(s)}"
+                for s in sources
+            ]
+    seen: dict[str, str] = {}
+    for src, name in zip(sources, names, strict=True):
+        if name in seen:
+            raise ValueError(
+                f"{seen[name]} and {src} would both be written as {name}: name the outputs "
+                "with --names (one .onnx name per model)"
+            )
+        seen[name] = src
+    return names
+
+
+EXPORTER_FILES = (".json", ".txt", ".model", ".tiktoken", ".jinja")  # configs, tokenizers
+
+
+def _exporter_files(sources: list[str]) -> list[str]:
+    """The exporter's other files beside the sources (config.json, generation_config.json,
+    tokenizer files, genai_config.json...): what a loader reads beside the models; never a
+    model or a weights file."""
+    found: dict[str, str] = {}
+    for folder in dict.fromkeys(os.path.dirname(os.path.abspath(s)) for s in sources):
+        for name in sorted(os.listdir(folder)):
+            path = os.path.join(folder, name)
+            if name.endswith(EXPORTER_FILES) and os.path.isfile(path):
+                found.setdefault(name, path)  # the first source's folder wins
+    return list(found.values())
+
+
+def _bring_files(files: list[str], folder: str) -> list[str]:
+    """Copy ``files`` into ``folder`` (an existing file of that name is kept).
+
+    Returns:
+        The names copied.
+    """
+    copied = []
+    for path in files:
+        target = os.path.join(folder, os.path.basename(path))
+        if os.path.lexists(target):
+            continue
+        shutil.copyfile(path, target)
+        copied.append(os.path.basename(path))
+    return copied
 
 
 def _dedup_summary(
@@ -759,8 +851,22 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--out",
         metavar="DIR",
-        help="write each model to DIR/<its file name> (DIR must exist; two sources with one "
-        "file name are refused)",
+        help="write each model to DIR/<its file name> (DIR must exist; see --names)",
+    )
+    p.add_argument(
+        "--names",
+        nargs="+",
+        metavar="NAME",
+        help="with --out: the file name of each output model, one per SRC, in order "
+        "(default: each source's file name; when two share one, as onnxruntime-genai's "
+        "folders do, FOLDER_FILE: int4_model.onnx for int4/model.onnx)",
+    )
+    p.add_argument(
+        "--with-files",
+        action="store_true",
+        help="with --out: copy the exporter's other files (config.json, generation_config.json, "
+        "tokenizer files, genai_config.json: *.json, *.txt, *.model, *.tiktoken, *.jinja) "
+        "beside the models, never a model or weights file",
     )
     where.add_argument(
         "--in-place",

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import folder_digest, read_back, save_two_file
+from conftest import external_offsets, folder_digest, read_back, run_ort, save_two_file
 from conftest import run_cli as _cli
 from onnx import helper, numpy_helper
 
@@ -298,7 +298,10 @@ def test_dedup_progress_bar_on_a_terminal(tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize(
     ("case", "code", "message"),
     [
-        ("same name", 1, "would both be written to"),
+        ("same name", 1, "would both be written as m.onnx: name the outputs with --names"),
+        ("names count", 1, "--names gives 1 name for 2 models"),
+        ("names with a folder", 1, "--names sub/a.onnx: a file name ending in .onnx"),
+        ("names in place", 1, "--names names the models written with --out"),
         ("missing folder", 1, "does not exist (create the folder first)"),
         ("neither", 2, "one of the arguments --out --in-place is required"),
         ("both", 2, "not allowed with argument"),
@@ -316,7 +319,10 @@ def test_dedup_bad_calls_write_nothing(tmp_path, capsys, case, code, message):
     before = {d: folder_digest(tmp_path / d) for d in ("src", "other", "out")}
     out = ["--out", str(tmp_path / "out")]
     argv = {
-        "same name": [srcs[0], other[0], *out],
+        "same name": [srcs[0], other[0], *out, "--names", "m.onnx", "m.onnx"],
+        "names count": [*srcs, *out, "--names", "x.onnx"],
+        "names with a folder": [*srcs, *out, "--names", "sub/a.onnx", "b.onnx"],
+        "names in place": [*srcs, "--in-place", "--names", "x.onnx", "y.onnx"],
         "missing folder": [*srcs, "--out", str(tmp_path / "nope")],
         "neither": srcs,
         "both": [*srcs, *out, "--in-place"],
@@ -343,3 +349,77 @@ def test_dedup_help(capsys):
     assert "dedup" in cli.build_parser().format_help()
     code, text, _ = _cli(capsys, "info", "--help")
     assert "--twins" in text
+
+
+# -- exporters' folders: optimum's config files, onnxruntime-genai's one model per folder ----
+
+
+def _genai_folder(folder, shared: np.ndarray, own_seed: int) -> None:
+    """onnxruntime-genai's layout: model.onnx + model.onnx.data + genai_config.json."""
+    folder.mkdir(parents=True)
+    own = np.random.default_rng(own_seed).standard_normal((DIM, DIM)).astype(np.float32)
+    inits = [numpy_helper.from_array(shared, "embed"), numpy_helper.from_array(own, "head")]
+    nodes = [
+        onnx.helper.make_node("MatMul", ["X", "embed"], ["H"]),
+        onnx.helper.make_node("MatMul", ["H", "head"], ["Y"]),
+    ]
+    graph = onnx.helper.make_graph(
+        nodes,
+        "g",
+        [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [1, DIM])],
+        [onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [1, DIM])],
+        inits,
+    )
+    save_two_file(onnx.helper.make_model(graph), folder / "model.onnx", "model.onnx.data")
+    config = {"model": {"decoder": {"filename": "model.onnx"}, "type": "llama"}}
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    (folder / "tokenizer.json").write_text("{}")
+
+
+def test_dedup_genai_folders_in_one_command(tmp_path, capsys):
+    """Every genai model is model.onnx in its own folder: --out names each after its
+    folder, one weights file holds the shared embedding once, and --with-files brings the
+    configs (never a weights file)."""
+    shared = np.random.default_rng(0).standard_normal((DIM, DIM)).astype(np.float32)
+    _genai_folder(tmp_path / "fp32", shared, 1)
+    _genai_folder(tmp_path / "tuned", shared, 2)
+    srcs = [tmp_path / "fp32" / "model.onnx", tmp_path / "tuned" / "model.onnx"]
+    expected = [read_back(p) for p in srcs]
+    (tmp_path / "out").mkdir()
+    code, out, err = _cli(capsys, "dedup", *srcs, "--out", tmp_path / "out", "--with-files")
+    assert code == 0, err
+    assert sorted(os.listdir(tmp_path / "out")) == [
+        "fp32_model.onnx", "genai_config.json", "tokenizer.json", "tuned_model.onnx", "weights.data"
+    ]  # fmt: skip
+    assert f"written as: {srcs[0]} -> fp32_model.onnx, {srcs[1]} -> tuned_model.onnx" in out
+    assert "copied beside them: genai_config.json, tokenizer.json" in out
+    for src, name, exp in zip(srcs, ("fp32_model.onnx", "tuned_model.onnx"), expected):
+        dst = tmp_path / "out" / name
+        assert read_back(dst) == exp
+        assert {loc for loc, _, _ in external_offsets(dst)} == {"weights.data"}
+        x = {"X": np.ones((1, DIM), np.float32)}
+        a = run_ort(src, x)[0]
+        b = run_ort(dst, x)[0]
+        assert a.tobytes() == b.tobytes()
+    assert os.path.getsize(tmp_path / "out" / "weights.data") < 4 * WEIGHT  # embed once
+
+
+def test_dedup_out_says_the_exporter_files_stay_behind(tmp_path, capsys):
+    """optimum's folder holds config.json: without it ORTModel cannot load DIR; the
+    summary says so, and --with-files copies it."""
+    srcs = _pair(tmp_path / "src")
+    (tmp_path / "src" / "config.json").write_text('{"model_type": "gpt2"}')
+    (tmp_path / "src" / "generation_config.json").write_text("{}")
+    (tmp_path / "out").mkdir()
+    code, out, err = _cli(capsys, "dedup", *srcs, "--out", tmp_path / "out")
+    assert code == 0, err
+    assert "also holds config.json, generation_config.json, which loaders" in out
+    assert "--with-files copies them" in out
+    assert "config.json" not in os.listdir(tmp_path / "out")
+    (tmp_path / "out2").mkdir()
+    code, out, err = _cli(capsys, "dedup", *srcs, "--out", tmp_path / "out2", "--with-files")
+    assert code == 0, err
+    assert sorted(os.listdir(tmp_path / "out2")) == [
+        "a.onnx", "b.onnx", "config.json", "generation_config.json", "weights.data"
+    ]  # fmt: skip
+    assert (tmp_path / "out2" / "config.json").read_text() == '{"model_type": "gpt2"}'

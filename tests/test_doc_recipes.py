@@ -18,6 +18,7 @@ import ast
 import builtins
 import contextlib
 import io
+import json
 import os
 import re
 import shutil
@@ -102,6 +103,12 @@ def _fixtures(folder, home) -> None:
         folder / "export" / "model.safetensors",
         {t.name: numpy_helper.to_array(t) for t in model.graph.initializer},
     )
+    for name in ("fp32", "tuned"):  # onnxruntime-genai's layout: one model.onnx per folder
+        (folder / name).mkdir()
+        save_two_file(model, folder / name / "model.onnx", location="model.onnx.data")
+        genai = {"model": {"decoder": {"filename": "model.onnx"}}}
+        (folder / name / "genai_config.json").write_text(json.dumps(genai))
+        (folder / name / "tokenizer.json").write_text("{}")
     hub = home / ".cache" / "huggingface" / "hub"
     hub.mkdir(parents=True)
     _hf_snapshot(hub, "both-linked")
