@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 
 import numpy as np
 import onnx
@@ -344,3 +345,38 @@ def write_safetensors(path, arrays: dict) -> None:
     text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def external_places(path) -> dict[str, tuple[str, int, int]]:
+    """{initializer name: (location, offset, length)} of the external initializers."""
+    model = onnx.load(str(path), load_external_data=False)
+    out = {}
+    for t in model.graph.initializer:
+        e = {x.key: x.value for x in t.external_data}
+        if e:
+            out[t.name] = (e["location"], int(e.get("offset", 0)), int(e["length"]))
+    return out
+
+
+@pytest.fixture
+def sparse_folder(tmp_path):
+    """A folder whose filesystem holds a 2**62-byte sparse file (a 4 MiB tmpfs, as root)."""
+    folder = tmp_path / "tmpfs"
+    folder.mkdir()
+    mounted = os.geteuid() == 0 and (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True
+        ).returncode
+        == 0
+    )
+    try:
+        with open(folder / "probe", "wb") as f:
+            f.truncate(2**62)
+        os.unlink(folder / "probe")
+    except OSError:
+        pytest.skip("no filesystem here holds a 2**62-byte sparse file")
+    try:
+        yield folder
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(folder)], capture_output=True)

@@ -7,7 +7,14 @@ import os
 import numpy as np
 import onnx
 import pytest
-from conftest import external_offsets, folder_digest, read_back, save_two_file, write_safetensors
+from conftest import (
+    external_offsets,
+    external_places,
+    folder_digest,
+    read_back,
+    save_two_file,
+    write_safetensors,
+)
 from onnx import numpy_helper
 
 import onnx_light.onnx as onnxl
@@ -46,17 +53,6 @@ def _run(path):
     ort = pytest.importorskip("onnxruntime")
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return sess.run(None, model_inputs(DIM, 2))[0]
-
-
-def _places(path) -> dict[str, tuple[str, int, int]]:
-    """{initializer name: (location, offset, length)} of the external initializers."""
-    model = onnx.load(str(path), load_external_data=False)
-    out = {}
-    for t in model.graph.initializer:
-        e = {x.key: x.value for x in t.external_data}
-        if e:
-            out[t.name] = (e["location"], int(e.get("offset", 0)), int(e["length"]))
-    return out
 
 
 def test_two_models_share_their_identical_weights(tmp_path):
@@ -100,7 +96,7 @@ def test_identical_tensors_within_one_model_stored_once_whatever_their_names(tmp
     src = tmp_path / "m.onnx"
     onnx.save(model, src)  # one file: inline tensors take part
     result = onnxl.deduplicate_external_data([src], [tmp_path / "d.onnx"], "d.onnx.data")
-    offsets = _places(tmp_path / "d.onnx")
+    offsets = external_places(tmp_path / "d.onnx")
     assert offsets["W0"] == offsets["W1"] == offsets["ids"]
     assert os.path.getsize(tmp_path / "d.onnx.data") < 2 * DIM * DIM * 4
     assert read_back(tmp_path / "d.onnx") == read_back(src)
@@ -183,7 +179,7 @@ def test_tensors_held_by_a_reused_safetensors_file_point_into_it(tmp_path):
         [src], [out / "model.onnx"], "model.onnx.data", reuse=[out / "model.safetensors"]
     )
     assert folder_digest(out)["model.safetensors"] == st_before["model.safetensors"]
-    places = _places(out / "model.onnx")
+    places = external_places(out / "model.onnx")
     assert {places[n][0] for n in ("W0", "W1")} == {"model.safetensors"}
     assert {places[n][0] for n in ("W2", "W3")} == {"model.onnx.data"}
     assert result.bytes_reused == 2 * DIM * DIM * 4

@@ -18,6 +18,7 @@ import onnx
 import pytest
 from conftest import (
     external_offsets,
+    external_places,
     external_tensor,
     folder_digest,
     read_back,
@@ -51,17 +52,6 @@ def _shards(path) -> dict[str, list[tuple[int, int]]]:
     out: dict[str, list[tuple[int, int]]] = {}
     for location, offset, length in external_offsets(path):
         out.setdefault(location, []).append((offset, length))
-    return out
-
-
-def _places(path) -> dict[str, tuple[str, int, int]]:
-    """{initializer name: (location, offset, length)} of its external initializers."""
-    model = onnx.load(str(path), load_external_data=False)
-    out = {}
-    for t in model.graph.initializer:
-        e = {x.key: x.value for x in t.external_data}
-        if e:
-            out[t.name] = (e["location"], int(e.get("offset", 0)), int(e["length"]))
     return out
 
 
@@ -108,7 +98,7 @@ def test_empty_tensor_goes_to_external_data_with_threshold_0(tmp_path):
     model = _empty_model()
     opts = onnxl.SerializeOptions(size_threshold=0)
     onnxl.save(model, tmp_path / "m.onnx", "m.onnx.data", options=opts)
-    places = _places(tmp_path / "m.onnx")
+    places = external_places(tmp_path / "m.onnx")
     assert places == {"E": ("m.onnx.data", 0, 0), "W": ("m.onnx.data", 0, 64)}
     assert os.path.getsize(tmp_path / "m.onnx.data") == 64
     onnx.checker.check_model(str(tmp_path / "m.onnx"))
@@ -121,7 +111,7 @@ def test_empty_tensor_goes_to_external_data_with_threshold_0(tmp_path):
         tmp_path / "m.onnx", tmp_path / "a.onnx", size_threshold=0
     )
     assert (result.moved, result.inline) == (2, 0)
-    assert _places(tmp_path / "a.onnx")["E"] == ("a.onnx.data", 0, 0)
+    assert external_places(tmp_path / "a.onnx")["E"] == ("a.onnx.data", 0, 0)
     assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
 
 
@@ -180,7 +170,7 @@ def test_string_labels_through_save_align_and_dedup(tmp_path):
     assert dedup.bytes_written == 128 * 3 * 4  # W once, for both models
     for name in ("saved.onnx", "aligned.onnx", "da.onnx", "db.onnx"):
         assert _labels_of(out / name) == expected, name
-        assert set(_places(out / name)) == {"W"}, name
+        assert set(external_places(out / name)) == {"W"}, name
         _assert_same_values(out / name, model)
     assert folder_digest(src) == digest, "the sources are untouched"
 
@@ -213,7 +203,7 @@ def test_a_shared_range_stays_in_its_home_shard(tmp_path):
     )
     first, second = "a-00001-of-00002.onnx.data", "a-00002-of-00002.onnx.data"
     assert result.weights_paths == [str(tmp_path / first), str(tmp_path / second)]
-    places = _places(tmp_path / "a.onnx")
+    places = external_places(tmp_path / "a.onnx")
     assert places == {"T0": (first, 0, 3000), "T1": (second, 0, 3000), "T2": (first, 0, 3000)}
     assert _sizes(tmp_path, [first, second]) == [3000, 3000]
     assert result.size == 6000
@@ -240,7 +230,7 @@ def test_deduplicated_tensors_point_into_the_first_models_shards(tmp_path):
     )
     names = ["w-00001-of-00002.data", "w-00002-of-00002.data"]
     assert result.weights_paths == [str(out / n) for n in names]
-    a, b = _places(out / "a.onnx"), _places(out / "b.onnx")
+    a, b = external_places(out / "a.onnx"), external_places(out / "b.onnx")
     assert a == b == {"W0": (names[0], 0, 3000), "W1": (names[1], 0, 3000)}
     assert _sizes(out, names) == [3000, 3000] and result.bytes_written == 6000
     assert read_back(out / "a.onnx") == read_back(out / "b.onnx") == tensor_bytes(model)
@@ -328,7 +318,7 @@ def test_tensors_of_exactly_inline_below_bytes(tmp_path, limit):
         tmp_path / "single.onnx", tmp_path / "a.onnx", size_threshold=0, inline_below=limit
     )
     assert (result.moved, result.inline, result.inlined) == (1, 1, 0)
-    assert _places(tmp_path / "a.onnx") == {"W0": ("a.onnx.data", 0, limit)}
+    assert external_places(tmp_path / "a.onnx") == {"W0": ("a.onnx.data", 0, limit)}
     assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
     # both external: the one of exactly ``limit`` bytes stays there, the smaller comes back
     save_two_file(model, tmp_path / "two.onnx", size_threshold=0)
@@ -336,7 +326,7 @@ def test_tensors_of_exactly_inline_below_bytes(tmp_path, limit):
         tmp_path / "two.onnx", tmp_path / "b.onnx", inline_below=limit
     )
     assert (result.moved, result.inline, result.inlined) == (1, 1, 1)
-    assert _places(tmp_path / "b.onnx") == {"W0": ("b.onnx.data", 0, limit)}
+    assert external_places(tmp_path / "b.onnx") == {"W0": ("b.onnx.data", 0, limit)}
     assert read_back(tmp_path / "b.onnx") == tensor_bytes(model)
 
 
@@ -366,7 +356,7 @@ def test_align_counts_small_raw_and_typed_tensors_it_moves(tmp_path, capsys):
         tmp_path / "m.onnx", tmp_path / "a.onnx", size_threshold=0, alignment=64
     )
     assert (result.moved, result.typed, result.inline, result.inlined) == (3, 1, 0, 0)
-    assert _places(tmp_path / "a.onnx") == {
+    assert external_places(tmp_path / "a.onnx") == {
         "big": ("a.onnx.data", 0, 4096),
         "raw": ("a.onnx.data", 4096, 16),
         "typed": ("a.onnx.data", 4160, 32),
@@ -383,5 +373,5 @@ def test_align_counts_small_raw_and_typed_tensors_it_moves(tmp_path, capsys):
     # by default (1024 bytes) the small ones stay: counted inline, the labels left out
     result = onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "b.onnx")
     assert (result.moved, result.typed, result.inline, result.threshold) == (1, 0, 2, 1024)
-    assert set(_places(tmp_path / "b.onnx")) == {"big"}
+    assert set(external_places(tmp_path / "b.onnx")) == {"big"}
     _assert_same_values(tmp_path / "b.onnx", model)

@@ -12,7 +12,6 @@ docstring).
 from __future__ import annotations
 
 import os
-import subprocess
 
 import numpy as np
 import onnx
@@ -153,30 +152,6 @@ def test_the_error_shows_the_entry_that_is_not_utf8(tmp_path, field):
 
 
 # -- a plan of exactly 2**63 bytes -----------------------------------------------------
-
-
-@pytest.fixture
-def sparse_folder(tmp_path):
-    """A folder on a 4 MiB tmpfs that holds a 2**62-byte sparse file (needs root)."""
-    folder = tmp_path / "tmpfs"
-    folder.mkdir()
-    mounted = os.geteuid() == 0 and (
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True
-        ).returncode
-        == 0
-    )
-    try:
-        with open(folder / "probe", "wb") as f:
-            f.truncate(2**62)
-        os.unlink(folder / "probe")
-    except OSError:
-        pytest.skip("no filesystem here holds a 2**62-byte sparse file")
-    try:
-        yield folder
-    finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(folder)], capture_output=True)
 
 
 def test_a_plan_of_exactly_2_63_bytes_is_refused(sparse_folder):

@@ -9,7 +9,6 @@ itself hold under whatever name the caller gives it (a symlink, a hard link,
 """
 
 import os
-import subprocess
 
 import numpy as np
 import onnx
@@ -308,30 +307,6 @@ def _external_model(folder, refs: list[tuple[str, int, int]], data_file: str, si
     model = helper.make_model(helper.make_graph([], "g", [], [], inits))
     onnx.save(model, str(folder / "m.onnx"))
     return folder / "m.onnx"
-
-
-@pytest.fixture
-def sparse_folder(tmp_path):
-    """A folder whose filesystem holds a 2**62-byte sparse file (a small tmpfs)."""
-    folder = tmp_path / "tmpfs"
-    folder.mkdir()
-    mounted = os.geteuid() == 0 and (
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True
-        ).returncode
-        == 0
-    )
-    try:
-        with open(folder / "probe", "wb") as f:
-            f.truncate(2**62)
-        os.unlink(folder / "probe")
-    except OSError:
-        pytest.skip("no filesystem here holds a 2**62-byte sparse file")
-    try:
-        yield folder
-    finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(folder)], capture_output=True)
 
 
 def test_planned_file_over_int64_is_refused(sparse_folder, tmp_path):

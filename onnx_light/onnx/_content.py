@@ -132,6 +132,19 @@ def _same(x: memoryview, y: memoryview) -> bool:
     return x.tobytes() == y.tobytes()
 
 
+def _look_alikes(blobs: Sequence[Blob]) -> dict[int, int]:
+    """How many blobs have each length (a range several blobs read counted once)."""
+    by_length: dict[int, int] = {}
+    spans = set()
+    for blob in blobs:
+        if blob.span is not None:
+            if blob.span in spans:
+                continue
+            spans.add(blob.span)
+        by_length[blob.length] = by_length.get(blob.length, 0) + 1
+    return by_length
+
+
 def comparison_estimate(blobs: Sequence[Blob]) -> int:
     """How many bytes :func:`content_classes` reads when the look-alikes differ, the
     common case: each blob that has others of its length read once (a progress bar's
@@ -140,15 +153,7 @@ def comparison_estimate(blobs: Sequence[Blob]) -> int:
     In a language model every per-layer weight has the length of the others:
     the bound (:func:`comparison_bound`) counts each three times, this once.
     """
-    by_length: dict[int, int] = {}
-    spans = set()
-    for blob in blobs:
-        if blob.span is not None:
-            if blob.span in spans:
-                continue
-            spans.add(blob.span)
-        by_length[blob.length] = by_length.get(blob.length, 0) + 1
-    return sum(length * k for length, k in by_length.items() if k > 1)
+    return sum(length * k for length, k in _look_alikes(blobs).items() if k > 1)
 
 
 def comparison_bound(blobs: Sequence[Blob]) -> int:
@@ -157,17 +162,11 @@ def comparison_bound(blobs: Sequence[Blob]) -> int:
     Each blob that has others of its length may be read once, and its
     class's first blob with it.
     """
-    by_length: dict[int, int] = {}
-    spans = set()
-    for blob in blobs:
-        if blob.span is not None:
-            if blob.span in spans:
-                continue
-            spans.add(blob.span)
-        by_length[blob.length] = by_length.get(blob.length, 0) + 1
     # a pair compares its two blobs; a larger group digests each, then compares each
     return sum(
-        (2 * length if k == 2 else 3 * length * k) for length, k in by_length.items() if k > 1
+        (2 * length if k == 2 else 3 * length * k)
+        for length, k in _look_alikes(blobs).items()
+        if k > 1
     )
 
 
