@@ -16,6 +16,7 @@ import onnx
 from ._atomic import AtomicFiles, folder_lock
 from ._errors import shown
 from ._external import PLACED, Resolver, place, read_entries
+from ._finish import finish
 from ._gc import paused_gc
 from ._layout import ONNX_IR, check_shard_naming
 from ._options import (
@@ -27,8 +28,8 @@ from ._options import (
 )
 from ._plan import MOVE, Plan, plan_tensors
 from ._prune import remove, unreferenced
-from ._scan import PROTOBUF_LIMIT, scan_model
-from ._serialize import Spliced, piece_size, serialize_pieces, strip_raw_data
+from ._scan import scan_model
+from ._serialize import Spliced, strip_raw_data
 from ._shards import WeightsFiles, default_weights
 from ._sources import SourceFiles, identity
 from ._targets import (
@@ -39,9 +40,9 @@ from ._targets import (
     weights_destination,
 )
 from ._tensors import is_external, iter_tensors
-from ._writer import write_pieces
 
 SINGLE_FILE_THRESHOLD = 1024  # onnx.save's own size_threshold
+_TOO_LARGE = "lower inline_below (or size_threshold)"
 
 
 def _optional(check, value, *args):
@@ -289,14 +290,7 @@ def align_external_data_streaming(
             for item, (location, offset) in zip(items, weights.placement, strict=True):
                 place(item.site.tensor, location, offset, item.size, item.entries)
             subs = {r.site.path: Spliced(strip_raw_data(r.site.tensor), r) for r in plan.inline}
-            pieces = serialize_pieces(model, subs)
-            if piece_size(pieces) > PROTOBUF_LIMIT:
-                raise ValueError(
-                    f"{shown(dst)} would hold {piece_size(pieces)} bytes, over protobuf's 2 GiB "
-                    "limit: lower inline_below (or size_threshold)"
-                )
-            write_pieces(out.create(dst), pieces, files, chunk_size)
-            out.commit()
+            finish(out, [(dst, model, subs)], files, chunk_size, _TOO_LARGE)
     stale, removed = [], []
     if in_place:
         with folder_lock(os.path.dirname(dst)):

@@ -23,6 +23,7 @@ from ._atomic import AtomicFiles, folder_lock
 from ._content import Blob, comparison_bound, comparison_estimate, content_classes
 from ._errors import ExternalDataError, shown
 from ._external import place
+from ._finish import finish
 from ._gc import paused_gc
 from ._memory import drop_by_default
 from ._options import (
@@ -35,8 +36,7 @@ from ._options import (
 from ._plan import Item, Plan
 from ._prune import remove, unreferenced
 from ._reuse import open_reused
-from ._scan import PROTOBUF_LIMIT
-from ._serialize import Spliced, piece_size, serialize_pieces, strip_raw_data
+from ._serialize import Spliced, strip_raw_data
 from ._shards import WeightsFiles, kept_weights
 from ._sources import SourceFiles
 from ._targets import (
@@ -47,7 +47,6 @@ from ._targets import (
     weights_destination,
 )
 from ._twins import transposed_twins
-from ._writer import write_pieces
 
 TensorName = tuple[str, str]  # (destination model, tensor label)
 
@@ -312,19 +311,15 @@ def deduplicate_external_data(
                 r = home.get(classes[i])
                 if r is not None:
                     place(it.site.tensor, r.location, r.offset, it.size, it.entries)
-            for model in models:
-                subs = {
-                    r.site.path: Spliced(strip_raw_data(r.site.tensor), r)
-                    for r in model.plan.inline
-                }
-                pieces = serialize_pieces(model.proto, subs)
-                if piece_size(pieces) > PROTOBUF_LIMIT:
-                    raise ValueError(
-                        f"{shown(model.dst)} would hold {piece_size(pieces)} bytes, over "
-                        "protobuf's 2 GiB limit: lower size_threshold"
-                    )
-                write_pieces(out.create(model.dst), pieces, files, chunk_size)
-            out.commit()
+            ending = [
+                (
+                    m.dst,
+                    m.proto,
+                    {r.site.path: Spliced(strip_raw_data(r.site.tensor), r) for r in m.plan.inline},
+                )
+                for m in models
+            ]
+            finish(out, ending, files, chunk_size, "lower size_threshold")
     stale, removed = _prune(models, weights.outputs, remove_unreferenced)
     return DedupResult(
         bytes_before=_stored_before(items),

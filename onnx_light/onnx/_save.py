@@ -18,6 +18,7 @@ import onnx
 from ._atomic import AtomicFiles
 from ._errors import OUTSIDE, ExternalDataError, shown
 from ._external import Resolver, TensorRef, place
+from ._finish import finish
 from ._options import (
     SerializeOptions,
     check_alignment,
@@ -28,12 +29,11 @@ from ._options import (
 )
 from ._plan import INLINE, KEEP, MOVE, plan_tensors
 from ._scan import model_files, ref_key
-from ._serialize import Spliced, serialize_pieces, strip_raw_data
+from ._serialize import Spliced, strip_raw_data
 from ._shards import WeightsFiles
 from ._sources import SourceFiles
 from ._targets import check_targets, destination_path, target_identities, weights_destination
 from ._tensors import iter_tensors
-from ._writer import write_pieces
 
 
 class SavePlan:
@@ -191,14 +191,7 @@ class SavePlan:
                 size = self.weights.write(files, self.files, self.threads, progress=progress)
             elif progress is not None:
                 progress(0, 0)
-            try:
-                pieces = serialize_pieces(self.model, self.substitutions())
-            except ValueError as e:  # e.g. a message protobuf cannot encode
-                raise ValueError(
-                    f"cannot serialize the model for {shown(self.path)}: {e}"
-                ) from None
-            write_pieces(files.create(self.path), pieces, self.files)
-            files.commit()
+            finish(files, [(self.path, self.model, self.substitutions())], self.files)
         if mutate and self.weights is not None:
             placement = self.weights.placement
             for item, (location, offset) in zip(self.plan.items, placement, strict=True):
