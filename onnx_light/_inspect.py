@@ -11,12 +11,12 @@ import os
 
 import onnx
 
-from onnx_light.onnx._align import plan_model
-from onnx_light.onnx._dedup import find_transposed
 from onnx_light.onnx._external import Resolver, check_location, is_decimal
 from onnx_light.onnx._scan import scan_model
+from onnx_light.onnx._source_plan import plan_model
 from onnx_light.onnx._sources import SourceFiles
 from onnx_light.onnx._tensors import is_external, iter_tensors, path_to_str, tensor_nbytes
+from onnx_light.onnx._twins import find_transposed
 
 
 def _text(value: str | bytes) -> str:

@@ -234,3 +234,17 @@ def test_each_module_imports_alone():
     assert proc.returncode == 0, proc.stderr
     failed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not failed, "\n".join(f"{name}:\n{error}" for name, error in failed.items())
+
+
+WRITERS = {f"{PACKAGE}.onnx.{name}" for name in ("_io", "_align", "_save", "_dedup", "_edit")}
+
+
+def test_no_writer_imports_another():
+    """Each public verb sits beside its body; what two writers share lives below them
+    (the planner, the targets, the one ending), never in one of them."""
+    graph = import_graph(package_modules(_package_root(), PACKAGE))
+    assert WRITERS <= graph.keys(), sorted(WRITERS - graph.keys())
+    crossing = {
+        w: sorted(graph[w] & (WRITERS - {w})) for w in sorted(WRITERS) if graph[w] & WRITERS
+    }
+    assert not crossing, f"writers importing writers: {crossing}"

@@ -11,11 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-import onnx
-
 from ._atomic import AtomicFiles, folder_lock
-from ._errors import shown
-from ._external import PLACED, Resolver, place, read_entries
+from ._external import PLACED, place
 from ._finish import finish
 from ._gc import paused_gc
 from ._layout import ONNX_IR, check_shard_naming
@@ -26,22 +23,20 @@ from ._options import (
     check_progress,
     check_size_threshold,
 )
-from ._plan import MOVE, Plan, plan_tensors
+from ._plan import Plan
 from ._prune import remove, unreferenced
-from ._scan import scan_model
 from ._serialize import Spliced, strip_raw_data
 from ._shards import WeightsFiles, default_weights
+from ._source_plan import plan_model
 from ._sources import SourceFiles, identity
 from ._targets import (
     check_targets,
     destination_path,
     is_in_place,
-    real_entry,
+    overwrite_hint,
     weights_destination,
 )
-from ._tensors import is_external, iter_tensors
 
-SINGLE_FILE_THRESHOLD = 1024  # onnx.save's own size_threshold
 _TOO_LARGE = "lower inline_below (or size_threshold)"
 
 
@@ -334,51 +329,3 @@ def _as_written(plan: Plan, weights: WeightsFiles) -> bool:
     if {s.identity for s in plan.sources} != set(ids.values()):
         return False
     return all(os.path.getsize(p) == n for p, n in zip(weights.paths, sizes, strict=True))
-
-
-def overwrite_hint(src: str, dst: str) -> str:
-    """What to do when a destination would overwrite a file the re-align reads."""
-    if real_entry(src) != real_entry(dst):
-        return (
-            "give the new files other names, or pass the source .onnx as the destination "
-            "to re-align it in place"
-        )
-    if os.path.islink(dst):  # a Hugging Face cache: links into blobs/ other snapshots share
-        return (
-            f"{shown(dst)} is a symbolic link (to {shown(os.path.realpath(dst))}), so other "
-            "names may read these files: it cannot be re-aligned in place; re-align it into a "
-            "folder of your own"
-        )
-    return (
-        f"{shown(dst)} has other hard links, which read these files: it cannot be re-aligned "
-        "in place; re-align it into a folder of your own"
-    )
-
-
-def plan_model(
-    src: str, files: SourceFiles, size_threshold: int | None, inline_below: int | None = None
-) -> tuple[onnx.ModelProto, Plan, int | None]:
-    """Scan ``src`` and plan every tensor (:func:`~._plan.plan_tensors`), under a
-    shared lock on its folder.
-
-    Returns:
-        ``(the model's metadata, the plan, the threshold applied)``.
-    """
-    folder = os.path.dirname(src)
-    with folder_lock(folder, shared=True):
-        model, spans = scan_model(src, files)
-        sites = list(iter_tensors(model))
-        if size_threshold is None and not any(
-            is_external(s.tensor) and not spans.holds(read_entries(s)) for s in sites
-        ):
-            size_threshold = SINGLE_FILE_THRESHOLD  # a single file: give it external data
-        resolver = Resolver(folder, files, spans, spans.source)
-        plan = plan_tensors(
-            sites,
-            resolver.resolve,
-            external=MOVE,
-            threshold=size_threshold,
-            inline_below=inline_below,
-            spans=spans,
-        )
-    return model, plan, size_threshold

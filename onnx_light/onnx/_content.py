@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
+from ._plan import Item
 from ._sources import SourceFile, SourceFiles
 
 SAMPLE = 4096
@@ -241,3 +242,11 @@ def content_classes(
                     heads.append(i)
     # blobs that shared a span with a later-classified one follow it
     return [classes[c] for c in classes]
+
+
+def blob_of(item: Item) -> Blob:
+    """The bytes of a planned tensor: a range of its source file, or in memory."""
+    if item.ref is not None:
+        return Blob(item.size, item.ref.source, item.ref.offset)
+    data = item.data if item.data is not None else item.site.tensor.raw_data
+    return Blob(item.size, data=data)

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from ._align import overwrite_hint, plan_model
 from ._atomic import AtomicFiles, folder_lock
-from ._content import Blob, comparison_bound, comparison_estimate, content_classes
+from ._content import blob_of, comparison_bound, comparison_estimate, content_classes
 from ._errors import ExternalDataError, shown
 from ._external import place
 from ._finish import finish
@@ -38,15 +37,17 @@ from ._prune import remove, unreferenced
 from ._reuse import open_reused
 from ._serialize import Spliced, strip_raw_data
 from ._shards import WeightsFiles, kept_weights
+from ._source_plan import plan_model
 from ._sources import SourceFiles
 from ._targets import (
     check_targets,
     destination_path,
     is_in_place,
+    overwrite_hint,
     real_entry,
     weights_destination,
 )
-from ._twins import transposed_twins
+from ._twins import find_transposed
 
 TensorName = tuple[str, str]  # (destination model, tensor label)
 
@@ -131,13 +132,6 @@ def _paths(srcs, dsts) -> tuple[list[str], list[str]]:
             )
         seen[dst] = src
     return srcs, dsts
-
-
-def _blob(item: Item) -> Blob:
-    if item.ref is not None:
-        return Blob(item.size, item.ref.source, item.ref.offset)
-    data = item.data if item.data is not None else item.site.tensor.raw_data
-    return Blob(item.size, data=data)
 
 
 SHARED_WEIGHTS = "weights.data"  # the default name of the file several models share
@@ -269,7 +263,7 @@ def deduplicate_external_data(
             dst_weights_path = _default_weights(models)
             weights_destination(dsts[0], dst_weights_path, dsts[1:])
         reused = open_reused(reuse, folder, files)
-        blobs = [_blob(it) for it in items] + [r.blob for r in reused]
+        blobs = [blob_of(it) for it in items] + [r.blob for r in reused]
         bound = comparison_bound(blobs)
         report = _Phases(progress, comparison_estimate(blobs), sum(it.size for it in items))
         if drop_behind is None:  # decided once, for the comparison and the copy
@@ -414,49 +408,3 @@ def _prune(models: list[_Model], outputs: list[str], remove_them: bool) -> tuple
                 if path not in stale:
                     stale.append(path)
         return stale, remove(stale) if remove_them and stale else []
-
-
-def find_transposed(
-    items: list[Item], classes: list[int], names: list[TensorName], files: SourceFiles
-) -> list[tuple[TensorName, TensorName, int]]:
-    """Pairs of 2-D tensors, one the transpose of the other (``[V, D]`` and ``[D, V]``).
-
-    Only non-square matrices of one data type and size are compared, once
-    per content class; :func:`~._twins.transposed_twins` samples a few
-    elements, then compares tile by tile in flat memory.
-    """
-    groups: dict[tuple, list[int]] = {}
-    for i, it in enumerate(items):
-        dims = tuple(it.site.tensor.dims)
-        if classes[i] != i or len(dims) != 2 or dims[0] == dims[1] or min(dims) < 2:
-            continue
-        if it.size % (dims[0] * dims[1]):
-            continue  # sub-byte elements (int4...): not looked for
-        groups.setdefault((it.site.tensor.data_type, it.size, tuple(sorted(dims))), []).append(i)
-    blobs = {}
-    found = []
-    for members in groups.values():
-        for x, i in enumerate(members):
-            for j in members[x + 1 :]:
-                rows, cols = items[i].site.tensor.dims
-                if tuple(items[j].site.tensor.dims) != (cols, rows):
-                    continue
-                a = blobs.setdefault(i, _blob(items[i]))
-                b = blobs.setdefault(j, _blob(items[j]))
-                itemsize = items[i].size // (rows * cols)
-                if transposed_twins(_read(a, files), _read(b, files), rows, cols, itemsize):
-                    found.append((names[i], names[j], items[i].size))
-    return found
-
-
-def _read(blob: Blob, files: SourceFiles) -> Callable[[int, int], bytes]:
-    """``read(offset, length)`` within the blob's bytes."""
-    if blob.source is None:
-        data = memoryview(blob.data)
-        return lambda offset, length: bytes(data[offset : offset + length])
-
-    def read(offset: int, length: int) -> bytes:
-        with files.lease(blob.source) as fd:
-            return os.pread(fd, length, blob.offset + offset)
-
-    return read

@@ -23,7 +23,7 @@ import onnx
 
 from ._errors import shown
 from ._options import SerializeOptions, check_progress, check_size_threshold
-from ._save import SavePlan
+from ._save_plan import SavePlan
 from ._shards import default_weights
 from ._sources import SourceFiles
 from ._targets import destination_path, real_entry

@@ -12,7 +12,7 @@ from ._errors import shown
 from ._external import TensorRef, set_inline
 from ._files import read_refs, read_whole
 from ._options import SerializeOptions, check_num_threads, check_options, check_progress
-from ._save import SavePlan
+from ._save_plan import SavePlan
 from ._scan import PROTOBUF_LIMIT, external_refs, own_location, parse_model, scan_model
 from ._sources import SourceFiles
 from ._targets import destination_path

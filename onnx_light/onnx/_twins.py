@@ -10,12 +10,16 @@ same NaN, ``-0.0`` differs from ``0.0``.
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 
 import numpy as np
 
+from ._content import Blob, blob_of
 from ._errors import TruncatedFileError
+from ._plan import Item
+from ._sources import SourceFiles
 
 Read = Callable[[int, int], bytes]
 
@@ -148,3 +152,49 @@ def _block(
     if uint is not None:
         return np.frombuffer(data, dtype=uint).reshape(nrows, ncols)
     return np.frombuffer(data, dtype=np.uint8).reshape(nrows, ncols, itemsize)
+
+
+def find_transposed(
+    items: list[Item], classes: list[int], names: list[tuple[str, str]], files: SourceFiles
+) -> list[tuple[tuple[str, str], tuple[str, str], int]]:
+    """Pairs of 2-D tensors, one the transpose of the other (``[V, D]`` and ``[D, V]``).
+
+    Only non-square matrices of one data type and size are compared, once
+    per content class; :func:`~._twins.transposed_twins` samples a few
+    elements, then compares tile by tile in flat memory.
+    """
+    groups: dict[tuple, list[int]] = {}
+    for i, it in enumerate(items):
+        dims = tuple(it.site.tensor.dims)
+        if classes[i] != i or len(dims) != 2 or dims[0] == dims[1] or min(dims) < 2:
+            continue
+        if it.size % (dims[0] * dims[1]):
+            continue  # sub-byte elements (int4...): not looked for
+        groups.setdefault((it.site.tensor.data_type, it.size, tuple(sorted(dims))), []).append(i)
+    blobs = {}
+    found = []
+    for members in groups.values():
+        for x, i in enumerate(members):
+            for j in members[x + 1 :]:
+                rows, cols = items[i].site.tensor.dims
+                if tuple(items[j].site.tensor.dims) != (cols, rows):
+                    continue
+                a = blobs.setdefault(i, blob_of(items[i]))
+                b = blobs.setdefault(j, blob_of(items[j]))
+                itemsize = items[i].size // (rows * cols)
+                if transposed_twins(_read(a, files), _read(b, files), rows, cols, itemsize):
+                    found.append((names[i], names[j], items[i].size))
+    return found
+
+
+def _read(blob: Blob, files: SourceFiles) -> Callable[[int, int], bytes]:
+    """``read(offset, length)`` within the blob's bytes."""
+    if blob.source is None:
+        data = memoryview(blob.data)
+        return lambda offset, length: bytes(data[offset : offset + length])
+
+    def read(offset: int, length: int) -> bytes:
+        with files.lease(blob.source) as fd:
+            return os.pread(fd, length, blob.offset + offset)
+
+    return read
