@@ -23,12 +23,78 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from enum import Enum
 
 from ._external import InlineSpans, TensorRef, check_length, check_movable
 from ._sources import SourceFile
 from ._tensors import TensorSite, is_external, tensor_nbytes, typed_bytes
 
-MOVE, KEEP, INLINE = "move", "keep", "inline"
+__all__ = ["Fate", "Item", "Kind", "Mode", "Plan", "decide", "plan_tensors"]
+
+
+class Mode(Enum):
+    """What a writer does with the tensors that are already external."""
+
+    MOVE = "move"  # into the new weights files (align, dedup, save with a location)
+    KEEP = "keep"  # the reference as it is (save with use_external_data_location)
+    INLINE = "inline"  # their bytes copied into the .onnx (save without a location)
+
+
+class Kind(Enum):
+    """Where a tensor's bytes are in the model as it was read."""
+
+    EXTERNAL = "a reference into a data file"
+    OWN = "inline bytes of the source .onnx, seen as a reference (skip_raw_data)"
+    RAW = "raw_data in memory"
+    TYPED = "a typed field (float_data...) in memory"
+    EMPTY = "no bytes (a string tensor, or no data)"
+
+
+class Fate(Enum):
+    """Where the planner sends a tensor's bytes."""
+
+    WEIGHTS = "the new weights files"
+    SPLICE = "spliced into the new .onnx, copied file to file"
+    KEEP = "the reference, written as it is"
+    STAY = "left in the model as it is"
+
+
+# An external reference, by the writer's mode and whether it is a sparse tensor's
+# (onnx never loads external sparse values: they come back inline).
+EXTERNAL_FATE = {
+    (Mode.MOVE, False): Fate.WEIGHTS,
+    (Mode.MOVE, True): Fate.SPLICE,
+    (Mode.KEEP, False): Fate.KEEP,
+    (Mode.KEEP, True): Fate.KEEP,
+    (Mode.INLINE, False): Fate.SPLICE,
+    (Mode.INLINE, True): Fate.SPLICE,
+}
+
+
+def decide(kind: Kind, mode: Mode, moves: bool, small: bool, sparse: bool) -> Fate:
+    """The planner's decision for one tensor, as a table a reader can check.
+
+    Args:
+        kind: where its bytes are.
+        mode: what the writer does with external tensors.
+        moves: its size passes the threshold (and ``inline_below``), and it is
+            not a sparse tensor's: inline bytes would move out.
+        small: it is external and smaller than ``inline_below``.
+        sparse: it is a sparse tensor's values or indices.
+
+    Returns:
+        Its :class:`Fate`: external tensors by :data:`EXTERNAL_FATE` (a small one
+        spliced back inline first); inline bytes to the weights files when they
+        move, else the source ``.onnx``'s own spliced, in-memory ones left as they
+        are; a tensor without bytes stays.
+    """
+    if kind is Kind.EXTERNAL:
+        return Fate.SPLICE if small else EXTERNAL_FATE[mode, sparse]
+    if kind is Kind.EMPTY:
+        return Fate.STAY
+    if moves:
+        return Fate.WEIGHTS
+    return Fate.SPLICE if kind is Kind.OWN else Fate.STAY
 
 
 @dataclass(slots=True)
@@ -100,19 +166,17 @@ def plan_tensors(
     sites: Iterable[TensorSite],
     resolve: Callable[[TensorSite], TensorRef],
     *,
-    external: str,
+    external: Mode,
     threshold: int | None,
     inline_below: int | None = None,
     spans: InlineSpans | None = None,
 ) -> Plan:
-    """Decide where the bytes of every tensor go.
+    """Decide where the bytes of every tensor go (:func:`decide`, tensor by tensor).
 
     Args:
         sites: the tensors, in the walker's order.
         resolve: checks an external reference and opens its file.
-        external: what becomes of external tensors: ``"move"`` (into the
-            weights files), ``"keep"`` (the reference as it is) or
-            ``"inline"`` (their bytes copied into the ``.onnx``).
+        external: what becomes of external tensors (:class:`Mode`).
         threshold: inline tensors of at least this many bytes move to the
             weights files; None: they all stay inline.
         inline_below: tensors of fewer bytes never go to the weights files,
@@ -130,56 +194,54 @@ def plan_tensors(
     """
     plan = Plan()
     seen: set[SourceFile] = set()
-
-    def moves(site: TensorSite, size: int) -> bool:
-        if threshold is None or size < threshold or site.in_sparse:
-            return False  # sparse tensors stay inline, as onnx keeps them
-        return inline_below is None or size >= inline_below
-
     for site in sites:
-        tensor = site.tensor
-        if is_external(tensor):
-            ref = resolve(site)
-            if spans is not None and ref.source is spans.source and _in(spans, ref):
-                if moves(site, ref.length):  # an inline tensor of the source .onnx
-                    check_movable(site)
-                    check_length(site, ref.length, ref.file)
-                    plan.copy(ref, into_weights=True)
-                else:
-                    plan.copy(ref, into_weights=False)
-                continue
-            if ref.source not in seen:
-                seen.add(ref.source)
-                plan.sources.append(ref.source)
-            if inline_below is not None and ref.length < inline_below:
-                check_length(site, ref.length, ref.file)
-                plan.copy(ref, into_weights=False)
-                plan.inlined += 1
-            elif external == KEEP:
-                plan.kept.append(ref)
-            else:  # sparse tensors inline: onnx never loads external sparse values
-                plan.copy(ref, into_weights=external == MOVE and not site.in_sparse)
-            continue
-        if tensor.HasField("raw_data"):
-            size = tensor_nbytes(tensor)
-            size = len(tensor.raw_data) if size is None else size
-            if moves(site, size):
+        kind, ref, size = _read(site, resolve, spans)
+        sparse = site.in_sparse
+        moves = not (threshold is None or size < threshold or sparse) and (
+            inline_below is None or size >= inline_below
+        )
+        small = kind is Kind.EXTERNAL and inline_below is not None and size < inline_below
+        fate = decide(kind, external, moves, small, sparse)
+        if kind is Kind.EXTERNAL and ref.source not in seen:
+            seen.add(ref.source)
+            plan.sources.append(ref.source)
+        data = typed_bytes(site) if fate is Fate.WEIGHTS and kind is Kind.TYPED else None
+        if fate is Fate.KEEP:
+            plan.kept.append(ref)
+        elif fate is Fate.WEIGHTS and kind is Kind.RAW:
+            check_movable(site)
+            plan.items.append(Item(site, size))
+        elif data is not None:  # float_data...: written as raw bytes
+            plan.items.append(Item(site, len(data), data=data))
+            plan.typed += 1
+        elif ref is not None:  # into the weights files, or spliced into the .onnx
+            if kind is Kind.OWN and fate is Fate.WEIGHTS:  # inline bytes moving out
                 check_movable(site)
-                plan.items.append(Item(site, size))
-                continue
-        else:
-            size = tensor_nbytes(tensor)
-            if not size:
-                continue  # a string, or no data
-            if moves(site, size):
-                data = typed_bytes(site)  # float_data...: written as raw bytes
-                if data is not None:
-                    plan.items.append(Item(site, len(data), data=data))
-                    plan.typed += 1
-                    continue
-        plan.kept_inline += 1
-        plan.inline_bytes += size
+                check_length(site, ref.length, ref.file)
+            elif small:  # an external tensor coming back inline
+                check_length(site, ref.length, ref.file)
+            plan.copy(ref, into_weights=fate is Fate.WEIGHTS)
+            plan.inlined += small
+        elif kind is not Kind.EMPTY:  # stays in the model (a typed field that cannot convert too)
+            plan.kept_inline += 1
+            plan.inline_bytes += size
     return plan
+
+
+def _read(
+    site: TensorSite, resolve: Callable[[TensorSite], TensorRef], spans: InlineSpans | None
+) -> tuple[Kind, TensorRef | None, int]:
+    """``(kind, its reference when it has one, its byte size)``; a reference is checked."""
+    tensor = site.tensor
+    if is_external(tensor):
+        ref = resolve(site)
+        if spans is not None and ref.source is spans.source and _in(spans, ref):
+            return Kind.OWN, ref, ref.length
+        return Kind.EXTERNAL, ref, ref.length
+    size = tensor_nbytes(tensor)
+    if tensor.HasField("raw_data"):
+        return Kind.RAW, None, len(tensor.raw_data) if size is None else size
+    return (Kind.TYPED, None, size) if size else (Kind.EMPTY, None, 0)
 
 
 def _in(spans: InlineSpans, ref: TensorRef) -> bool:

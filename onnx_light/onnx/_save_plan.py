@@ -23,7 +23,7 @@ from ._options import (
     check_alignment,
     check_num_threads,
 )
-from ._plan import INLINE, KEEP, MOVE, plan_tensors
+from ._plan import Mode, plan_tensors
 from ._scan import model_files, ref_key
 from ._serialize import Spliced, strip_raw_data
 from ._shards import WeightsFiles
@@ -79,10 +79,10 @@ class SavePlan:
         if options.use_external_data_location:
             keep = Resolver(folder, files)
             hint = self.keep_hint or _KEEP_HINT
-            resolve, external = (lambda site: _keep(keep, site, hint)), KEEP
+            resolve, external = (lambda site: _keep(keep, site, hint)), Mode.KEEP
         else:
             resolve = _base_resolver(options.base_dir, folder, files).resolve
-            external = INLINE if location is None else MOVE
+            external = Mode.INLINE if location is None else Mode.MOVE
         self.plan = plan_tensors(
             iter_tensors(model),
             resolve,

@@ -15,7 +15,7 @@ import onnx
 
 from ._atomic import folder_lock
 from ._external import Resolver, read_entries
-from ._plan import MOVE, Plan, plan_tensors
+from ._plan import Mode, Plan, plan_tensors
 from ._scan import scan_model
 from ._sources import SourceFiles
 from ._tensors import is_external, iter_tensors
@@ -46,7 +46,7 @@ def plan_model(
         plan = plan_tensors(
             sites,
             resolver.resolve,
-            external=MOVE,
+            external=Mode.MOVE,
             threshold=size_threshold,
             inline_below=inline_below,
             spans=spans,
