@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import onnx
 
@@ -34,7 +34,7 @@ from ._options import (
 )
 from ._plan import Item, Plan
 from ._prune import remove, unreferenced
-from ._reuse import open_reused
+from ._reuse import Reused, open_reused
 from ._serialize import Spliced, strip_raw_data
 from ._shards import WeightsFiles, kept_weights
 from ._source_plan import plan_model
@@ -268,15 +268,9 @@ def deduplicate_external_data(
         report = _Phases(progress, comparison_estimate(blobs), sum(it.size for it in items))
         if drop_behind is None:  # decided once, for the comparison and the copy
             drop_behind = drop_by_default(bound + sum(it.size for it in items))
-        classes = content_classes(blobs, files, report.comparing, drop_behind)
-        home = {}  # class -> the reused range holding its bytes
-        for k, r in enumerate(reused):
-            home.setdefault(classes[len(items) + k], r)
-        to_write = [i for i, it in enumerate(items) if classes[i] not in home]
-        for i in to_write:
-            items[i].shared = ("content", classes[i])
+        found = _Contents.compare(items, reused, blobs, files, report.comparing, drop_behind)
         weights = WeightsFiles(
-            [items[i] for i in to_write], alignment, dsts[0], dst_weights_path, max_shard_size
+            found.to_write(items), alignment, dsts[0], dst_weights_path, max_shard_size
         )
         _refuse_reused_targets(weights.paths, reused)
         in_place = all(m.in_place for m in models)
@@ -294,17 +288,14 @@ def deduplicate_external_data(
                 ),
             )
         names = _names(models, items)
-        transposed = find_transposed(items, classes[: len(items)], names, files)
+        transposed = find_transposed(items, found.item_class, names, files)
         with AtomicFiles(durable=durable) as out:
             out.reserve([*weights.outputs, *dsts])
             written = weights.write(out, files, 1, chunk_size, report.writing(), drop_behind)
-            for i, (location, offset) in zip(to_write, weights.placement, strict=True):
-                it = items[i]
+            for it, (location, offset) in zip(weights.items, weights.placement, strict=True):
                 place(it.site.tensor, location, offset, it.size, it.entries)
-            for i, it in enumerate(items):
-                r = home.get(classes[i])
-                if r is not None:
-                    place(it.site.tensor, r.location, r.offset, it.size, it.entries)
+            for it, r in found.in_reused(items):
+                place(it.site.tensor, r.location, r.offset, it.size, it.entries)
             ending = [
                 (
                     m.dst,
@@ -318,15 +309,59 @@ def deduplicate_external_data(
     return DedupResult(
         bytes_before=_stored_before(items),
         bytes_written=written,
-        bytes_reused=sum(
-            items[c].size for c in {classes[i] for i in range(len(items))} & home.keys()
-        ),
-        groups=_groups(classes[: len(items)], names),
+        bytes_reused=found.bytes_reused(items),
+        groups=_groups(found.item_class, names),
         transposed=transposed,
         weights_paths=weights.outputs,
         unreferenced=stale,
         removed=removed,
     )
+
+
+@dataclass
+class _Contents:
+    """What the comparison decided, named.
+
+    Attributes:
+        item_class: per planned tensor (in the call's order), its content
+            class: the index of the first tensor holding the same bytes.
+        home: per class whose bytes a reused file already holds, that range
+            (the first reused tensor of the class).
+    """
+
+    item_class: list[int]
+    home: dict[int, Reused]
+
+    @classmethod
+    def compare(cls, items, reused, blobs, files, progress, drop_behind) -> _Contents:
+        """Compare the tensors' bytes (``blobs``: the items', then the reused tensors')."""
+        classes = content_classes(blobs, files, progress, drop_behind)
+        item_class, reused_class = classes[: len(items)], classes[len(items) :]
+        home: dict[int, Reused] = {}
+        for c, r in zip(reused_class, reused, strict=True):
+            home.setdefault(c, r)
+        return cls(item_class, home)
+
+    def to_write(self, items: list[Item]) -> list[Item]:
+        """The tensors whose bytes go to the new weights file, each keyed by its class
+        (the layout planner stores one range per key)."""
+        return [
+            replace(it, shared=("content", c))
+            for it, c in zip(items, self.item_class, strict=True)
+            if c not in self.home
+        ]
+
+    def in_reused(self, items: list[Item]) -> list[tuple[Item, Reused]]:
+        """The tensors whose bytes a reused file holds, with that range."""
+        return [
+            (it, self.home[c])
+            for it, c in zip(items, self.item_class, strict=True)
+            if c in self.home
+        ]
+
+    def bytes_reused(self, items: list[Item]) -> int:
+        """Bytes read from reused files instead of written, each class counted once."""
+        return sum(items[c].size for c in set(self.item_class) & self.home.keys())
 
 
 def _refuse_reused_targets(paths: list[str], reused: list) -> None:
