@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import sys
 
+__all__ = ["main"]
+
+
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 

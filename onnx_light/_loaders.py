@@ -38,6 +38,9 @@ from .onnx._scan import scan_model
 from .onnx._sources import SourceFiles, is_inside
 from .onnx._tensors import is_external, iter_tensors
 
+__all__ = ["loader_verdicts"]
+
+
 LOADERS = ("onnx", "onnxruntime", "onnx-ir")
 RULES = {"onnx": "onnx >= 1.21", "onnxruntime": "onnxruntime >= 1.24", "onnx-ir": "onnx-ir >= 1.1"}
 

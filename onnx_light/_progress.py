@@ -5,6 +5,9 @@ from __future__ import annotations
 import sys
 import time
 
+__all__ = ["Progress", "human", "rate"]
+
+
 MIB = 2**20
 BAR_FORMAT = (
     "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} MiB [{elapsed}<{remaining}, {rate_fmt}]"

@@ -243,8 +243,70 @@ def test_no_writer_imports_another():
     """Each public verb sits beside its body; what two writers share lives below them
     (the planner, the targets, the one ending), never in one of them."""
     graph = import_graph(package_modules(_package_root(), PACKAGE))
-    assert WRITERS <= graph.keys(), sorted(WRITERS - graph.keys())
+    assert graph.keys() >= WRITERS, sorted(WRITERS - graph.keys())
     crossing = {
         w: sorted(graph[w] & (WRITERS - {w})) for w in sorted(WRITERS) if graph[w] & WRITERS
     }
     assert not crossing, f"writers importing writers: {crossing}"
+
+
+def test_every_public_name_reports_the_facade():
+    """Tracebacks and help() show onnx_light.onnx.ExternalDataError, not a private path;
+    onnx's own objects keep theirs."""
+    import onnx
+
+    import onnx_light.onnx as onnxl
+
+    for name in onnxl.__all__:
+        obj = getattr(onnxl, name)
+        if getattr(onnx, name, None) is obj:
+            continue  # onnx's protos and helper modules
+        assert obj.__module__ == "onnx_light.onnx", name
+    for error in (onnxl.ExternalDataError, onnxl.WireError, onnxl.TruncatedFileError):
+        assert error.__module__ == "onnx_light.onnx"
+    assert issubclass(onnxl.WireError, ValueError) and issubclass(onnxl.TruncatedFileError, OSError)
+
+
+def test_every_private_module_declares_its_interface_first():
+    """``__all__`` at the top of each private module: every name another module of the
+    package imports from it, and only names it defines."""
+    modules = package_modules(_package_root(), PACKAGE)
+    imported: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        here = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+        for node in _imports(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = here.rsplit(".", node.level - 1)[0] if node.level > 1 else here
+                source = f"{base}.{node.module}" if node.module else base
+            elif isinstance(node, ast.ImportFrom):
+                source = node.module or ""
+            else:
+                continue
+            if source in modules and source != module:
+                imported[source] |= {
+                    a.name for a in node.names if f"{source}.{a.name}" not in modules
+                }
+    for module, path in modules.items():
+        leaf = module.rpartition(".")[2]
+        if not leaf.startswith("_") or leaf.startswith("__"):
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        body = [n for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom))]
+        body = body[1:] if body and isinstance(body[0], ast.Expr) else body  # the docstring
+        first = body[0] if body else None
+        assert isinstance(first, (ast.Assign, ast.AnnAssign)), f"{module}: __all__ is not first"
+        target = first.targets[0] if isinstance(first, ast.Assign) else first.target
+        assert getattr(target, "id", None) == "__all__", f"{module}: __all__ is not first"
+        listed = {e.value for e in first.value.elts}
+        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))} | {
+            t.id
+            for n in tree.body
+            if isinstance(n, ast.Assign)
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
+        assert imported[module] <= listed, f"{module}: {sorted(imported[module] - listed)} missing"
+        assert listed <= defined, f"{module}: {sorted(listed - defined)} not defined there"

@@ -37,10 +37,29 @@ from onnx import (
 from ._align import AlignResult, align_external_data_streaming
 from ._dedup import DedupResult, deduplicate_external_data
 from ._edit import save_edited
-from ._errors import ExternalDataError
+from ._errors import ExternalDataError, TruncatedFileError
 from ._io import load, save, serialize_to_file
 from ._options import SerializeOptions
 from ._save import save_model_with_shared_external_data
+from ._wire import WireError
+
+# every name of this package reports this module (tracebacks, help(), pickles)
+for _public in (
+    AlignResult,
+    DedupResult,
+    ExternalDataError,
+    SerializeOptions,
+    TruncatedFileError,
+    WireError,
+    align_external_data_streaming,
+    deduplicate_external_data,
+    load,
+    save,
+    save_edited,
+    save_model_with_shared_external_data,
+):
+    _public.__module__ = __name__
+del _public
 
 # onnx's own submodules, importable as ``onnx_light.onnx.helper`` (the same objects)
 sys.modules[__name__ + ".helper"] = helper
@@ -62,8 +81,10 @@ __all__ = [
     "SparseTensorProto",
     "StringStringEntryProto",
     "TensorProto",
+    "TruncatedFileError",
     "TypeProto",
     "ValueInfoProto",
+    "WireError",
     "align_external_data_streaming",
     "deduplicate_external_data",
     "helper",

@@ -37,6 +37,9 @@ from ._targets import (
     weights_destination,
 )
 
+__all__ = ["AlignResult", "align_external_data_streaming"]
+
+
 _TOO_LARGE = "lower inline_below (or size_threshold)"
 
 
@@ -243,6 +246,19 @@ def align_external_data_streaming(
 
             result = align_external_data_streaming("model.onnx", "model.onnx", alignment=65536)
             print(result.unreferenced)  # weights files no .onnx of the folder reads any more
+
+        With a progress bar: ``progress`` is any ``progress(done, total)``
+        callable; with tqdm::
+
+            from tqdm import tqdm
+
+            with tqdm(unit="B", unit_scale=True, unit_divisor=1024) as bar:
+
+                def progress(done, total):
+                    bar.total = total  # the total may be refined as the call learns
+                    bar.update(done - bar.n)
+
+                align_external_data_streaming("model.onnx", "aligned.onnx", progress=progress)
 
     .. versionadded:: 0.1
     """

@@ -39,6 +39,9 @@ from ._errors import shown
 from ._libc import last_error, libc_function
 from ._signals import critical, guarded
 
+__all__ = ["AtomicFiles", "folder_lock"]
+
+
 TMP_SUFFIX = ".onnx-light-tmp"
 OLD_SUFFIX = ".onnx-light-old"
 _NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})

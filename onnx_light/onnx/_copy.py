@@ -33,6 +33,9 @@ from collections.abc import Callable
 from ._errors import TruncatedFileError
 from ._fs import UNKNOWN, CopyPolicy
 
+__all__ = ["CopyEngine", "pwrite_all"]
+
+
 UNSUPPORTED = frozenset(
     {errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOTTY}
 )

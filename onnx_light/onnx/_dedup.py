@@ -49,6 +49,9 @@ from ._targets import (
 )
 from ._twins import find_transposed
 
+__all__ = ["DedupResult", "deduplicate_external_data"]
+
+
 TensorName = tuple[str, str]  # (destination model, tensor label)
 
 
@@ -241,6 +244,19 @@ def deduplicate_external_data(
                 models, models, "model.onnx_data", remove_unreferenced=True
             )
             print(result.bytes_before, result.bytes_written)
+
+        With a progress bar: ``progress`` is any ``progress(done, total)``
+        callable; with tqdm::
+
+            from tqdm import tqdm
+
+            with tqdm(unit="B", unit_scale=True, unit_divisor=1024) as bar:
+
+                def progress(done, total):
+                    bar.total = total  # the total may be refined as the call learns
+                    bar.update(done - bar.n)
+
+                deduplicate_external_data(models, models, progress=progress)
 
     .. versionadded:: 0.1
     """

@@ -28,6 +28,8 @@ from ._shards import default_weights
 from ._sources import SourceFiles
 from ._targets import destination_path, real_entry
 
+__all__ = ["save_edited"]
+
 
 class _SharingPlan(SavePlan):
     overwrite_hint = "give the edited model another file name than the source's files"
@@ -127,7 +129,7 @@ def save_edited(
         max_shard_size: split the new weights into files of at most this
             many bytes (named as onnx-ir names shards). None: one file.
         progress: ``progress(done_bytes, total_bytes)`` while the new weights
-            are written, as in :func:`~onnx_light.onnx.align_external_data_streaming`.
+            are written, as in :func:`~onnx_light.onnx.align_external_data_streaming` (whose docstring shows a tqdm bar).
         durable: flush the new files and their folder to the disk before
             returning (``fsync``), as in
             :func:`~onnx_light.onnx.align_external_data_streaming`.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+__all__ = ["ExternalDataError", "Lazy", "OUTSIDE", "TruncatedFileError", "shown"]
+
 
 def shown(path: str | bytes) -> str:
     """``path`` quoted for a message: bytes that are not UTF-8 show as ``\\xe9``,

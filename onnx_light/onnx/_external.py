@@ -37,6 +37,21 @@ from ._errors import ExternalDataError, Lazy, shown
 from ._sources import SourceFile, SourceFiles
 from ._tensors import TensorSite, tensor_nbytes
 
+__all__ = [
+    "InlineSpans",
+    "PLACED",
+    "Resolver",
+    "TensorRef",
+    "check_length",
+    "check_location",
+    "check_movable",
+    "is_decimal",
+    "place",
+    "read_entries",
+    "set_inline",
+]
+
+
 MAX_DIGITS = 100  # longer integers are not parsed (int() refuses over 4300 digits)
 _TYPED_FIELDS = (
     "float_data",

@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from ._errors import TruncatedFileError, shown
 from ._libc import last_error, libc_function
 
+__all__ = ["pread_exact", "preallocate", "read_refs", "read_upto", "read_whole"]
+
 
 def read_upto(fd: int, buf: memoryview, offset: int) -> int:
     """Fill ``buf`` from ``offset``; fewer bytes only when the file ends first.

@@ -33,6 +33,9 @@ from dataclasses import dataclass
 
 from ._libc import libc_function
 
+__all__ = ["CopyPolicy", "UNKNOWN", "copy_policy"]
+
+
 # f_type of statfs(2) -> (name, splice shifted copies, may share blocks, preallocate)
 _KNOWN = {
     0xEF53: ("ext4", True, False, True),  # ext2/3/4 share the magic number

@@ -14,6 +14,9 @@ import gc
 import threading
 from collections.abc import Iterator
 
+__all__ = ["paused_gc"]
+
+
 _lock = threading.Lock()
 _state = {"depth": 0, "was_enabled": False}
 

@@ -17,6 +17,8 @@ from ._scan import PROTOBUF_LIMIT, external_refs, own_location, parse_model, sca
 from ._sources import SourceFiles
 from ._targets import destination_path
 
+__all__ = ["load", "save", "serialize_to_file"]
+
 
 def read_external_data(
     model: onnx.ModelProto, refs: list[TensorRef], files: SourceFiles, num_threads: int | None
@@ -135,7 +137,7 @@ def save(
         progress: ``progress(done_bytes, total_bytes)`` while the weights
             file is written, at least once per 4 MiB and last with
             ``done == total``, as in
-            :func:`~onnx_light.onnx.align_external_data_streaming`.
+            :func:`~onnx_light.onnx.align_external_data_streaming` (whose docstring shows a tqdm bar).
 
     Raises:
         ValueError: the model exceeds 2 GiB without ``location``, or
@@ -214,6 +216,3 @@ def serialize_to_file(
             model.SerializeToFile("inmem.onnx", opts, "inmem.data")
     """
     save(self, path, location=weights_path, options=options)
-
-
-__all__ = ["load", "save", "serialize_to_file"]

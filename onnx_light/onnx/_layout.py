@@ -10,6 +10,19 @@ import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+__all__ = [
+    "Layout",
+    "ONNX_IR",
+    "SHARD_NAMINGS",
+    "TRANSFORMERS_JS",
+    "TRANSFORMERS_JS_MAX_FILES",
+    "check_shard_naming",
+    "followed_naming",
+    "plan_shards",
+    "shard_name",
+]
+
+
 MAX_FILE_SIZE = 2**63 - 1
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 import ctypes
 import os
 
+__all__ = ["last_error", "libc_function"]
+
+
 _cache: dict[str, object] = {}
 
 

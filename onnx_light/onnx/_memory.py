@@ -12,6 +12,9 @@ from __future__ import annotations
 import contextlib
 import os
 
+__all__ = ["drop_by_default"]
+
+
 _NO_LIMIT = 1 << 60  # cgroup v1 writes "no limit" as a huge number
 
 

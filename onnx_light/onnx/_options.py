@@ -8,6 +8,19 @@ import os
 
 from ._layout import check_shard_naming
 
+__all__ = [
+    "SerializeOptions",
+    "check_alignment",
+    "check_chunk_size",
+    "check_max_shard_size",
+    "check_num_threads",
+    "check_options",
+    "check_progress",
+    "check_size_threshold",
+    "derived",
+]
+
+
 MAX_ALIGNMENT = 2**30
 MAX_CHUNK_SIZE = 2**30  # the kernel moves at most ~2 GiB per call anyway
 

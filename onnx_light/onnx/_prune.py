@@ -19,6 +19,8 @@ from ._readers import Listings, is_model_name, readers, stored_spelling
 from ._signals import critical
 from ._sources import SourceFile, identity
 
+__all__ = ["remove", "unreferenced"]
+
 
 def _foreign(path: str) -> bool:
     """A file other tools load for themselves (a ``.safetensors`` that transformers or

@@ -25,6 +25,9 @@ from ._fs import CopyPolicy
 from ._plan import Item
 from ._sources import SourceFile
 
+__all__ = ["BATCH_BYTES", "Run", "Scratch", "copy_batch", "copy_run", "groups", "runs"]
+
+
 SMALL_RUN = 64 * 1024  # runs shorter than this may be batched
 BATCH_BYTES = 4 * 1024 * 1024  # the most a batch reads, and the most it writes
 

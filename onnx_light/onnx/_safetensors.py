@@ -25,6 +25,9 @@ from onnx import TensorProto
 
 from ._errors import ExternalDataError, shown
 
+__all__ = ["read_safetensors_header"]
+
+
 MAX_HEADER_SIZE = 100_000_000  # the reference implementation's limit (MAX_HEADER_SIZE)
 
 # Bits per element of every dtype the reference implementation knows.

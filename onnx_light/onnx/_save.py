@@ -50,7 +50,8 @@ def save_model_with_shared_external_data(
         options: alignment, size threshold and writer threads
             (``use_external_data_location`` is always True here); keyword-only.
         progress: ``progress(done_bytes, total_bytes)`` while the new
-            weights are written, as in :func:`align_external_data_streaming`.
+            weights are written, as in :func:`align_external_data_streaming` (whose
+            docstring shows a tqdm bar).
 
     Returns:
         The size of the new ``.data`` file, 0 when no tensor was new (the file

@@ -31,6 +31,8 @@ from ._sources import SourceFiles
 from ._targets import check_targets, target_identities, weights_destination
 from ._tensors import iter_tensors
 
+__all__ = ["SavePlan"]
+
 
 class SavePlan:
     """Where every tensor of ``model`` goes when saved to ``path``.

@@ -21,6 +21,17 @@ from ._sources import SourceFile, SourceFiles
 from ._tensors import is_external, iter_tensors
 from ._wire import scan_file
 
+__all__ = [
+    "PROTOBUF_LIMIT",
+    "external_refs",
+    "model_files",
+    "own_location",
+    "parse_model",
+    "ref_key",
+    "scan_model",
+]
+
+
 PROTOBUF_LIMIT = 2**31 - 1
 
 

@@ -22,6 +22,9 @@ import onnx
 
 from ._wire import encode_varint
 
+__all__ = ["Spliced", "piece_size", "serialize_pieces", "strip_raw_data"]
+
+
 _LEAF = object()
 _RAW_DATA_TAG = encode_varint(9 << 3 | 2)
 

@@ -24,6 +24,9 @@ import signal
 import threading
 from collections.abc import Iterator
 
+__all__ = ["critical", "guarded"]
+
+
 _SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
 )

@@ -27,6 +27,9 @@ import re
 
 import numpy as np
 
+__all__ = ["RawDataFilter", "run_end"]
+
+
 WINDOW = 1 << 20
 _OVERLAP = 8  # the longest encoding of the pattern, minus one
 # raw_data (field 9, wire type 2): its one-byte tag, then a length of 1024 or

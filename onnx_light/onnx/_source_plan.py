@@ -22,6 +22,7 @@ from ._tensors import is_external, iter_tensors
 
 __all__ = ["SINGLE_FILE_THRESHOLD", "plan_model"]
 
+
 SINGLE_FILE_THRESHOLD = 1024  # onnx.save's own size_threshold
 
 

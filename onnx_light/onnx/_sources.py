@@ -27,6 +27,9 @@ from dataclasses import dataclass
 
 from ._errors import OUTSIDE, ExternalDataError, shown
 
+__all__ = ["SourceFile", "SourceFiles", "identity", "is_inside"]
+
+
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
 
 

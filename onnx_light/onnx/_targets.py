@@ -27,6 +27,16 @@ from ._external import check_location
 from ._readers import Listings, is_model_name, readers, stored_spelling
 from ._sources import SourceFiles, is_inside
 
+__all__ = [
+    "check_targets",
+    "destination_path",
+    "is_in_place",
+    "overwrite_hint",
+    "real_entry",
+    "target_identities",
+    "weights_destination",
+]
+
 
 def destination_path(path: str | os.PathLike) -> str:
     """The absolute path of a destination file the caller names, its folder checked.

@@ -24,6 +24,16 @@ import onnx.numpy_helper
 
 from ._errors import ExternalDataError
 
+__all__ = [
+    "TensorSite",
+    "is_external",
+    "iter_tensors",
+    "path_to_str",
+    "tensor_nbytes",
+    "typed_bytes",
+]
+
+
 Path = tuple[tuple[str, int | None], ...]
 
 # Bits per element of the data types the ONNX spec names, fixed by the spec. The

@@ -21,6 +21,9 @@ from ._errors import TruncatedFileError
 from ._plan import Item
 from ._sources import SourceFiles
 
+__all__ = ["find_transposed"]
+
+
 Read = Callable[[int, int], bytes]
 
 _SEED = 19  # fixed: the same pair of tensors is always sampled at the same places

@@ -24,6 +24,9 @@ from ._errors import ExternalDataError, shown
 from ._files import pread_exact
 from ._skim import RawDataFilter, run_end
 
+__all__ = ["WireError", "encode_varint", "scan_file"]
+
+
 MAX_DEPTH = 100
 
 # Which length-delimited fields of each message can lead to a TensorProto.
@@ -51,7 +54,12 @@ _MAX_FIELD = 2**29 - 1
 
 
 class WireError(ValueError):
-    """The bytes are not a well-formed protobuf message."""
+    """A file's bytes are not a well-formed protobuf message.
+
+    Raised by the wire scanner that reads a model's metadata without its
+    weights (``load(..., skip_raw_data=True)``, the streaming helpers, dedup,
+    ``info``); a :class:`ValueError`.
+    """
 
 
 def read_varint(buf, pos: int, end: int, max_bytes: int = 10) -> tuple[int, int]:

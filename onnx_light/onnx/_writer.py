@@ -24,6 +24,9 @@ from ._plan import Item
 from ._runs import BATCH_BYTES, Run, Scratch, copy_batch, copy_run, groups, runs
 from ._sources import SourceFiles
 
+__all__ = ["write_pieces", "write_weights"]
+
+
 IN_FLIGHT_BYTES = 64 * 1024 * 1024
 PREALLOCATE_BYTES = 1024 * 1024
 # Above this, no preallocation: on ext4 a 1 GiB re-align is faster preallocated,
