@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+
 __all__ = ["main"]
 
 

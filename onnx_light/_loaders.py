@@ -38,6 +38,7 @@ from .onnx._scan import scan_model
 from .onnx._sources import SourceFiles, is_inside
 from .onnx._tensors import is_external, iter_tensors
 
+
 __all__ = ["loader_verdicts"]
 
 

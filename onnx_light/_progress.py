@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
+
 __all__ = ["Progress", "human", "rate"]
 
 

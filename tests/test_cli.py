@@ -153,11 +153,11 @@ def test_align_tqdm_progress_bar(tmp_path, monkeypatch, capsys):
     update per 4 KiB chunk, up to the model's tensor bytes; the summary still goes to
     stdout, and the files written hold the model's tensors at aligned offsets."""
     pytest.importorskip("tqdm")
-    import onnx_light.cli as cli
+    import onnx_light.cli._args as cli_args  # where the commands make their progress bar
 
     bars = []
 
-    class Recorded(cli.Progress):
+    class Recorded(cli_args.Progress):
         def __init__(self, label):
             super().__init__(label)
             self.calls = []
@@ -171,7 +171,7 @@ def test_align_tqdm_progress_bar(tmp_path, monkeypatch, capsys):
             self.final = self.bar.n, self.bar.total
             super().close()
 
-    monkeypatch.setattr(cli, "Progress", Recorded)
+    monkeypatch.setattr(cli_args, "Progress", Recorded)
     src = save_model(tmp_path)
     err = TtyStringIO()
     monkeypatch.setattr(sys, "stderr", err)
@@ -432,7 +432,7 @@ def test_info_json_failure_prints_json(tmp_path, capsys, monkeypatch):
     def boom(path):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("onnx_light.cli.model_info", boom)
+    monkeypatch.setattr("onnx_light.cli._info.model_info", boom)
     assert main(["info", missing, "--json"]) == 1
     captured = capsys.readouterr()
     assert json.loads(captured.out) == {"error": "unexpected RuntimeError: boom", "model": missing}
@@ -636,7 +636,7 @@ def test_cli_never_prints_a_traceback(tmp_path, capsys, monkeypatch):
     def broken(*args, **kwargs):
         raise TypeError("'<' not supported")
 
-    monkeypatch.setattr("onnx_light.cli.model_info", broken)
+    monkeypatch.setattr("onnx_light.cli._info.model_info", broken)
     onnx.save(_model(), str(tmp_path / "m.onnx"))
     code, _, err = _cli(capsys, "info", tmp_path / "m.onnx")
     _one_line(code, err)
@@ -719,6 +719,6 @@ def test_the_installed_command_uses_the_light_entry_point():
     [(0, 100, "0%"), (43, 100, "43%"), (42, 1000, "4.2%"), (499712, 130510848, "0.38%")],
 )
 def test_percentages_show_the_digits_that_matter(part, whole, shown):
-    from onnx_light.cli import _percent
+    from onnx_light.cli._text import percent
 
-    assert _percent(part, whole) == shown
+    assert percent(part, whole) == shown

@@ -22,6 +22,7 @@ from conftest import run_cli as _cli
 from onnx import helper, numpy_helper
 
 import onnx_light.cli as cli
+import onnx_light.cli._dedup as cli_dedup  # where dedup calls the library
 import onnx_light.onnx as onnxl
 from onnx_light._progress import human
 from onnx_light.bench import make_gemm_model
@@ -58,13 +59,13 @@ def _arrays(model: onnx.ModelProto) -> dict[str, bytes]:
 def _recording(monkeypatch) -> list:
     """Keep the library's results as the command gets them."""
     results = []
-    real = cli.deduplicate_external_data
+    real = cli_dedup.deduplicate_external_data
 
     def recorded(*args, **kwargs):
         results.append(real(*args, **kwargs))
         return results[-1]
 
-    monkeypatch.setattr(cli, "deduplicate_external_data", recorded)
+    monkeypatch.setattr(cli_dedup, "deduplicate_external_data", recorded)
     return results
 
 

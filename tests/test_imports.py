@@ -259,8 +259,8 @@ def test_every_public_name_reports_the_facade():
 
     for name in onnxl.__all__:
         obj = getattr(onnxl, name)
-        if getattr(onnx, name, None) is obj:
-            continue  # onnx's protos and helper modules
+        if getattr(onnx, name, None) is obj or not callable(obj):
+            continue  # onnx's protos and helper modules; constants (SHARD_NAMINGS)
         assert obj.__module__ == "onnx_light.onnx", name
     for error in (onnxl.ExternalDataError, onnxl.WireError, onnxl.TruncatedFileError):
         assert error.__module__ == "onnx_light.onnx"
@@ -310,3 +310,11 @@ def test_every_private_module_declares_its_interface_first():
         }
         assert imported[module] <= listed, f"{module}: {sorted(imported[module] - listed)} missing"
         assert listed <= defined, f"{module}: {sorted(listed - defined)} not defined there"
+
+
+def test_the_command_line_uses_only_the_public_api():
+    """Whatever the CLI needs, a user's script needs too: it imports no private module
+    of onnx_light.onnx (its own reporting modules, onnx_light._inspect..., are its own)."""
+    graph = import_graph(package_modules(_package_root(), PACKAGE))
+    private = sorted(m for m in graph[f"{PACKAGE}.cli"] if m.startswith(f"{PACKAGE}.onnx._"))
+    assert not private, private

@@ -39,7 +39,8 @@ from ._dedup import DedupResult, deduplicate_external_data
 from ._edit import save_edited
 from ._errors import ExternalDataError, TruncatedFileError
 from ._io import load, save, serialize_to_file
-from ._options import SerializeOptions
+from ._layout import SHARD_NAMINGS
+from ._options import SerializeOptions, check_setting
 from ._save import save_model_with_shared_external_data
 from ._wire import WireError
 
@@ -52,6 +53,7 @@ for _public in (
     TruncatedFileError,
     WireError,
     align_external_data_streaming,
+    check_setting,
     deduplicate_external_data,
     load,
     save,
@@ -77,6 +79,7 @@ __all__ = [
     "ModelProto",
     "NodeProto",
     "OperatorSetIdProto",
+    "SHARD_NAMINGS",
     "SerializeOptions",
     "SparseTensorProto",
     "StringStringEntryProto",
@@ -86,6 +89,7 @@ __all__ = [
     "ValueInfoProto",
     "WireError",
     "align_external_data_streaming",
+    "check_setting",
     "deduplicate_external_data",
     "helper",
     "load",

@@ -37,6 +37,7 @@ from ._targets import (
     weights_destination,
 )
 
+
 __all__ = ["AlignResult", "align_external_data_streaming"]
 
 

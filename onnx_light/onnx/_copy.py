@@ -33,6 +33,7 @@ from collections.abc import Callable
 from ._errors import TruncatedFileError
 from ._fs import UNKNOWN, CopyPolicy
 
+
 __all__ = ["CopyEngine", "pwrite_all"]
 
 

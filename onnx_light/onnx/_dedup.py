@@ -49,6 +49,7 @@ from ._targets import (
 )
 from ._twins import find_transposed
 
+
 __all__ = ["DedupResult", "deduplicate_external_data"]
 
 

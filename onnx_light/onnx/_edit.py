@@ -28,6 +28,7 @@ from ._shards import default_weights
 from ._sources import SourceFiles
 from ._targets import destination_path, real_entry
 
+
 __all__ = ["save_edited"]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+
 __all__ = ["ExternalDataError", "Lazy", "OUTSIDE", "TruncatedFileError", "shown"]
 
 

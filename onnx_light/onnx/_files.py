@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ._errors import TruncatedFileError, shown
 from ._libc import last_error, libc_function
 
+
 __all__ = ["pread_exact", "preallocate", "read_refs", "read_upto", "read_whole"]
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from ._libc import libc_function
 
+
 __all__ = ["CopyPolicy", "UNKNOWN", "copy_policy"]
 
 

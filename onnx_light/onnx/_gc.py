@@ -14,6 +14,7 @@ import gc
 import threading
 from collections.abc import Iterator
 
+
 __all__ = ["paused_gc"]
 
 

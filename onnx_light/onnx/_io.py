@@ -17,6 +17,7 @@ from ._scan import PROTOBUF_LIMIT, external_refs, own_location, parse_model, sca
 from ._sources import SourceFiles
 from ._targets import destination_path
 
+
 __all__ = ["load", "save", "serialize_to_file"]
 
 

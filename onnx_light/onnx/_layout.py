@@ -10,6 +10,7 @@ import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+
 __all__ = [
     "Layout",
     "ONNX_IR",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 
+
 __all__ = ["last_error", "libc_function"]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+
 __all__ = ["drop_by_default"]
 
 

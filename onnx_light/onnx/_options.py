@@ -8,7 +8,9 @@ import os
 
 from ._layout import check_shard_naming
 
+
 __all__ = [
+    "SETTINGS",
     "SerializeOptions",
     "check_alignment",
     "check_chunk_size",
@@ -16,6 +18,7 @@ __all__ = [
     "check_num_threads",
     "check_options",
     "check_progress",
+    "check_setting",
     "check_size_threshold",
     "derived",
 ]
@@ -149,6 +152,61 @@ def check_max_shard_size(value: object) -> int | None:
     if value < 1:
         raise ValueError(f"max_shard_size must be at least 1 byte, got {value!r}")
     return value
+
+
+def check_setting(name: str, value: object) -> object:
+    """Check one setting by the rule every writer applies to it, as a script or a
+    command line checks its arguments before any work.
+
+    The rules: ``alignment`` 0 or 1 (dense) or a power of two up to 1 GiB;
+    ``size_threshold`` and ``inline_below`` a non-negative int;
+    ``max_shard_size`` a positive int or None; ``chunk_size`` 1 byte to 1 GiB;
+    ``num_threads`` a positive int; ``shard_naming`` one of
+    :data:`~onnx_light.onnx.SHARD_NAMINGS`.
+
+    Args:
+        name: one of :data:`SETTINGS`.
+        value: its value.
+
+    Returns:
+        The value as the writers use it (an int, where it is a number).
+
+    Raises:
+        TypeError: the value has the wrong type (``alignment="4096"``).
+        ValueError: it is out of range, or ``name`` is no setting; the message
+            says what the setting must be.
+
+    Examples:
+        ::
+
+            from onnx_light.onnx import check_setting
+
+            check_setting("alignment", 4096)  # 4096
+            check_setting("alignment", 3000)  # ValueError: alignment must be ... a power of two
+    """
+    checks = {
+        "alignment": check_alignment,
+        "size_threshold": check_size_threshold,
+        "inline_below": lambda v: check_size_threshold(v, "inline_below"),
+        "max_shard_size": check_max_shard_size,
+        "chunk_size": check_chunk_size,
+        "num_threads": check_num_threads,
+        "shard_naming": check_shard_naming,
+    }
+    if name not in checks:
+        raise ValueError(f"{name!r} is no setting: one of {', '.join(SETTINGS)}")
+    return checks[name](value)
+
+
+SETTINGS = (
+    "alignment",
+    "size_threshold",
+    "inline_below",
+    "max_shard_size",
+    "chunk_size",
+    "num_threads",
+    "shard_naming",
+)
 
 
 def check_options(options: object) -> SerializeOptions:

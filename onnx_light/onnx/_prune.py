@@ -19,6 +19,7 @@ from ._readers import Listings, is_model_name, readers, stored_spelling
 from ._signals import critical
 from ._sources import SourceFile, identity
 
+
 __all__ = ["remove", "unreferenced"]
 
 

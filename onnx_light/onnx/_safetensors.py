@@ -25,6 +25,7 @@ from onnx import TensorProto
 
 from ._errors import ExternalDataError, shown
 
+
 __all__ = ["read_safetensors_header"]
 
 

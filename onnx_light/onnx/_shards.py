@@ -31,6 +31,7 @@ from ._sources import SourceFile, SourceFiles
 from ._targets import weights_destination
 from ._writer import write_weights
 
+
 __all__ = ["WeightsFiles", "default_weights", "kept_weights"]
 
 

@@ -24,6 +24,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
+
 __all__ = ["critical", "guarded"]
 
 

@@ -27,6 +27,7 @@ import re
 
 import numpy as np
 
+
 __all__ = ["RawDataFilter", "run_end"]
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from ._errors import OUTSIDE, ExternalDataError, shown
 
+
 __all__ = ["SourceFile", "SourceFiles", "identity", "is_inside"]
 
 

@@ -27,6 +27,7 @@ from ._external import check_location
 from ._readers import Listings, is_model_name, readers, stored_spelling
 from ._sources import SourceFiles, is_inside
 
+
 __all__ = [
     "check_targets",
     "destination_path",

@@ -24,6 +24,7 @@ import onnx.numpy_helper
 
 from ._errors import ExternalDataError
 
+
 __all__ = [
     "TensorSite",
     "is_external",

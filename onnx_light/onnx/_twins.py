@@ -21,6 +21,7 @@ from ._errors import TruncatedFileError
 from ._plan import Item
 from ._sources import SourceFiles
 
+
 __all__ = ["find_transposed"]
 
 
