@@ -35,9 +35,8 @@ from dataclasses import dataclass, field
 
 from .onnx._external import read_entries
 from .onnx._scan import scan_model
-from .onnx._sources import SourceFiles, is_inside
+from .onnx._sources import SourceFiles, is_inside, kernel_path
 from .onnx._tensors import is_external, iter_tensors
-
 
 __all__ = ["loader_verdicts"]
 
@@ -120,6 +119,10 @@ def onnx_refusal(folder: str, location: str) -> str | None:
     path = os.path.join(folder, location)
     if os.path.islink(path):
         return f"{location} is a symbolic link"
+    parts = os.path.normpath(location).split(os.sep)
+    for i in range(1, len(parts)):  # openat2 with RESOLVE_NO_SYMLINKS: no link on the way
+        if os.path.islink(os.path.join(folder, *parts[:i])):
+            return f"{location} goes through a symbolic link ({'/'.join(parts[:i])})"
     if not is_inside(os.path.realpath(path), os.path.realpath(folder)):
         return f"{location} resolves outside the model's folder"
     try:
@@ -180,7 +183,7 @@ def loader_verdicts(model_path: str | os.PathLike) -> list[Verdict]:
     Raises:
         FileNotFoundError, ValueError: the model itself cannot be read.
     """
-    path = os.path.abspath(os.fsdecode(model_path))
+    path = kernel_path(model_path)
     folder = os.path.dirname(path)
     verdicts = {name: Verdict(name, RULES[name]) for name in LOADERS}
     for location, in_subgraph in references(path):

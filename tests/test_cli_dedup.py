@@ -299,7 +299,7 @@ def test_dedup_progress_bar_on_a_terminal(tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize(
     ("case", "code", "message"),
     [
-        ("same name", 1, "would both be written as m.onnx: name the outputs with --names"),
+        ("same name", 1, "would both be written as m.onnx: give each model its own name"),
         ("names count", 1, "--names gives 1 name for 2 models"),
         ("names with a folder", 1, "--names sub/a.onnx: a file name ending in .onnx"),
         ("names in place", 1, "--names names the models written with --out"),

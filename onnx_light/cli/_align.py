@@ -15,8 +15,7 @@ from ._args import (
     size_arg,
     with_progress,
 )
-from ._text import aligned, left_over, printable
-
+from ._text import aligned, left_over, plural, printable
 
 __all__ = ["add_parser"]
 
@@ -68,7 +67,8 @@ def _align_summary(args: argparse.Namespace, result: AlignResult, elapsed: float
         files = ", ".join(printable(os.path.basename(p)) for p in result.weights_paths)
         return (
             f"{printable(args.dst)} is already as this align would write it ({result.moved} "
-            f"tensors in {files}, offsets multiples of {args.alignment}): nothing written "
+            f"{plural(result.moved, 'tensor')} in {files}, offsets multiples of "
+            f"{args.alignment}): nothing written "
             "(--rewrite writes it again)"
         )
     if not result.moved:

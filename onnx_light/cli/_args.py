@@ -11,7 +11,6 @@ import time
 from onnx_light._progress import Progress
 from onnx_light.onnx import check_setting
 
-
 __all__ = [
     "add_layout_flags",
     "add_write_flags",

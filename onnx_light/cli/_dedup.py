@@ -16,7 +16,6 @@ from ._args import (
 )
 from ._text import aligned, left_over, percent, plural, printable
 
-
 __all__ = ["add_parser"]
 
 
@@ -57,11 +56,11 @@ def cmd_dedup(args: argparse.Namespace) -> int:
             drop_behind=args.drop_behind,
         ),
     )
-    copied = _bring_files(extra, args.out) if args.with_files else []
+    copied, notes = _bring_files(extra, args.out) if args.with_files else ([], [])
     if not args.quiet:
         print(_dedup_summary(args, result, len(srcs), elapsed))
-        for line in _out_notes(args, dsts, extra, copied):
-            print(line)
+        for line in [*_out_notes(args, dsts, extra, copied), *notes]:
+            print(printable(line))
     return 0
 
 
@@ -80,7 +79,7 @@ def _out_notes(
     if copied:
         lines.append(f"copied beside them: {', '.join(printable(n) for n in copied)}")
     elif extra and not args.with_files:
-        names = [os.path.basename(p) for p in extra]
+        names = list(dict.fromkeys(os.path.basename(p) for p in extra))
         shown = ", ".join(printable(n) for n in names[:3])
         more = f" and {len(names) - 3} more" if len(names) > 3 else ""
         lines.append(
@@ -110,6 +109,12 @@ def _dedup_destinations(args: argparse.Namespace) -> list[str]:
             raise ValueError(
                 f"--out {folder} is the folder of {src}: the models would replace themselves; "
                 "pass --in-place instead to deduplicate them in place"
+            )
+        invented = not args.names and os.path.basename(src) != os.path.basename(dst)
+        if invented and os.path.lexists(dst):  # a name the user never gave replaces nothing
+            raise ValueError(
+                f"{src} would be written as {dst}, which exists: name the outputs with --names, "
+                "or remove it"
             )
     return dsts
 
@@ -147,9 +152,10 @@ def _output_names(sources: list[str], given: list[str] | None) -> list[str]:
     seen: dict[str, str] = {}
     for src, name in zip(sources, names, strict=True):
         if name in seen:
+            fix = "give each model its own name" if given else "name the outputs with --names"
             raise ValueError(
-                f"{seen[name]} and {src} would both be written as {name}: name the outputs "
-                "with --names (one .onnx name per model)"
+                f"{seen[name]} and {src} would both be written as {name}: {fix} "
+                "(one .onnx name per model)"
             )
         seen[name] = src
     return names
@@ -161,30 +167,45 @@ EXPORTER_FILES = (".json", ".txt", ".model", ".tiktoken", ".jinja")  # configs, 
 def _exporter_files(sources: list[str]) -> list[str]:
     """The exporter's other files beside the sources (config.json, generation_config.json,
     tokenizer files, genai_config.json...): what a loader reads beside the models; never a
-    model or a weights file."""
-    found: dict[str, str] = {}
+    model or a weights file. Every folder's, in the sources' order."""
+    found = []
     for folder in dict.fromkeys(os.path.dirname(os.path.abspath(s)) for s in sources):
         for name in sorted(os.listdir(folder)):
             path = os.path.join(folder, name)
             if name.endswith(EXPORTER_FILES) and os.path.isfile(path):
-                found.setdefault(name, path)  # the first source's folder wins
-    return list(found.values())
+                found.append(path)
+    return found
 
 
-def _bring_files(files: list[str], folder: str) -> list[str]:
-    """Copy ``files`` into ``folder`` (an existing file of that name is kept).
+def _bring_files(files: list[str], folder: str) -> tuple[list[str], list[str]]:
+    """Copy ``files`` into ``folder``: a file of that name already there is kept, and
+    of two sources' files with one name the first is copied.
 
     Returns:
-        The names copied.
+        ``(names copied, notes on what was not)``.
     """
-    copied = []
+    copied, notes, taken = [], [], {}
     for path in files:
-        target = os.path.join(folder, os.path.basename(path))
+        name = os.path.basename(path)
+        target = os.path.join(folder, name)
+        if name in taken:
+            if not _same_bytes(path, target):
+                notes.append(f"not copied: {path} ({target} holds {taken[name]})")
+            continue
         if os.path.lexists(target):
+            notes.append(f"kept: {target}, already there (not replaced by {path})")
+            taken[name] = "the file that was there"
             continue
         shutil.copyfile(path, target)
-        copied.append(os.path.basename(path))
-    return copied
+        copied.append(name)
+        taken[name] = f"the copy of {path}"
+    return copied, notes
+
+
+def _same_bytes(a: str, b: str) -> bool:
+    """True when two small files hold the same bytes."""
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
 
 
 def _dedup_summary(

@@ -12,7 +12,6 @@ from onnx_light._progress import human
 from ._args import size_arg
 from ._text import plural, printable, sharing, table
 
-
 __all__ = ["add_parser", "cmd_info"]
 
 

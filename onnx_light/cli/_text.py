@@ -8,7 +8,6 @@ import os
 from onnx_light._progress import human
 from onnx_light.onnx import AlignResult, DedupResult
 
-
 __all__ = ["PROG", "aligned", "left_over", "percent", "plural", "printable", "sharing", "table"]
 
 

@@ -12,7 +12,6 @@ from onnx_light._loaders import loader_verdicts
 
 from ._text import PROG, plural, printable, sharing
 
-
 __all__ = ["add_parser", "cmd_verify"]
 
 

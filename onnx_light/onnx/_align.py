@@ -9,10 +9,12 @@ memory), commit.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 
 from ._atomic import AtomicFiles, folder_lock
 from ._external import PLACED, place
+from ._files import only_zeros_between
 from ._finish import finish
 from ._gc import paused_gc
 from ._layout import ONNX_IR, check_shard_naming
@@ -28,7 +30,7 @@ from ._prune import remove, unreferenced
 from ._serialize import Spliced, strip_raw_data
 from ._shards import WeightsFiles, default_weights
 from ._source_plan import plan_model
-from ._sources import SourceFiles, identity
+from ._sources import SourceFiles, identity, kernel_path
 from ._targets import (
     check_targets,
     destination_path,
@@ -36,7 +38,6 @@ from ._targets import (
     overwrite_hint,
     weights_destination,
 )
-
 
 __all__ = ["AlignResult", "align_external_data_streaming"]
 
@@ -272,7 +273,7 @@ def align_external_data_streaming(
     check_progress(progress)
     if shard_naming is not None:
         check_shard_naming(shard_naming)
-    src = os.path.abspath(os.fsdecode(src_onnx_path))
+    src = kernel_path(src_onnx_path)
     dst = destination_path(dst_onnx_path)
     if dst_weights_path is not None:
         weights_destination(dst, dst_weights_path)  # a bad name fails before any reading
@@ -281,7 +282,9 @@ def align_external_data_streaming(
         model, plan, threshold = plan_model(src, files, size_threshold, inline_below)
         if dst_weights_path is None:
             kept = plan.sources if in_place else []
-            dst_weights_path, shard_naming = default_weights(dst, shard_naming, kept)
+            dst_weights_path, shard_naming = default_weights(
+                dst, shard_naming, kept, plan.items, files
+            )
         shard_naming = shard_naming or ONNX_IR
         items = plan.items
         weights = WeightsFiles(
@@ -294,7 +297,7 @@ def align_external_data_streaming(
             in_place=in_place,
             hint=overwrite_hint(src, dst),
         )
-        if in_place and not rewrite and _as_written(plan, weights):
+        if in_place and not rewrite and _as_written(plan, weights, files):
             return _result(weights.total, plan, threshold, weights.paths, rewritten=False)
         with AtomicFiles(durable=durable) as out:
             out.reserve([*weights.outputs, dst])
@@ -327,12 +330,23 @@ def _result(total, plan, threshold, paths, stale=(), removed=(), rewritten=True)
     )
 
 
-def _as_written(plan: Plan, weights: WeightsFiles) -> bool:
+def _as_written(plan: Plan, weights: WeightsFiles, files: SourceFiles) -> bool:
     """True when the files are already as the call would write them: every tensor read
     from the file it goes to, at its offset, its entries as written, each file of the
-    planned size, no other file read, nothing converted or brought inline."""
+    planned size, a plain file with one link, zeros between the tensors, no other file
+    read, nothing converted or brought inline (sparse values included)."""
     if plan.typed or plan.inlined or not plan.items:
         return False
+    external = {s.identity for s in plan.sources}
+    if any(r.source.identity in external for r in plan.inline):  # a data file's bytes inlined
+        return False
+    for path in weights.paths:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a link: a copy is wanted
+            return False
     ids = {loc: identity(p) for loc, p in zip(weights.locations, weights.paths, strict=True)}
     for item, (location, offset) in zip(plan.items, weights.placement, strict=True):
         ref = item.ref
@@ -343,6 +357,15 @@ def _as_written(plan: Plan, weights: WeightsFiles) -> bool:
         if [(e.key, e.value) for e in item.site.tensor.external_data] != written:
             return False
     sizes = [shard.layout.total for shard in weights.shards]
-    if {s.identity for s in plan.sources} != set(ids.values()):
+    if external != set(ids.values()):
         return False
-    return all(os.path.getsize(p) == n for p, n in zip(weights.paths, sizes, strict=True))
+    if not all(os.path.getsize(p) == n for p, n in zip(weights.paths, sizes, strict=True)):
+        return False
+    return all(_padding_is_zero(source, plan, files) for source in plan.sources)
+
+
+def _padding_is_zero(source, plan: Plan, files: SourceFiles) -> bool:
+    """True when the bytes of ``source`` no tensor reads are zero, as a rewrite writes them."""
+    ranges = [(it.ref.offset, it.ref.length) for it in plan.items if it.ref.source is source]
+    with files.lease(source) as fd:
+        return only_zeros_between(fd, source.size, ranges)

@@ -39,7 +39,6 @@ from ._errors import shown
 from ._libc import last_error, libc_function
 from ._signals import critical, guarded
 
-
 __all__ = ["AtomicFiles", "folder_lock"]
 
 

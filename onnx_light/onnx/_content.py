@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from ._plan import Item
 from ._sources import SourceFile, SourceFiles
 
-
 __all__ = ["Blob", "blob_of", "comparison_bound", "comparison_estimate", "content_classes"]
 
 

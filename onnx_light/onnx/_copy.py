@@ -33,7 +33,6 @@ from collections.abc import Callable
 from ._errors import TruncatedFileError
 from ._fs import UNKNOWN, CopyPolicy
 
-
 __all__ = ["CopyEngine", "pwrite_all"]
 
 

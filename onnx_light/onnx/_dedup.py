@@ -38,7 +38,7 @@ from ._reuse import Reused, open_reused
 from ._serialize import Spliced, strip_raw_data
 from ._shards import WeightsFiles, kept_weights
 from ._source_plan import plan_model
-from ._sources import SourceFiles
+from ._sources import SourceFiles, kernel_path
 from ._targets import (
     check_targets,
     destination_path,
@@ -48,7 +48,6 @@ from ._targets import (
     weights_destination,
 )
 from ._twins import find_transposed
-
 
 __all__ = ["DedupResult", "deduplicate_external_data"]
 
@@ -108,7 +107,7 @@ class _Model:
 def _paths(srcs, dsts) -> tuple[list[str], list[str]]:
     if isinstance(srcs, (str, bytes, os.PathLike)) or isinstance(dsts, (str, bytes, os.PathLike)):
         raise TypeError("src_onnx_paths and dst_onnx_paths are lists of paths, one per model")
-    srcs = [os.path.abspath(os.fsdecode(p)) for p in srcs]
+    srcs = [kernel_path(p) for p in srcs]
     dsts = [destination_path(p) for p in dsts]
     if not srcs:
         raise ValueError("deduplicate_external_data needs at least one model")
@@ -141,14 +140,15 @@ def _paths(srcs, dsts) -> tuple[list[str], list[str]]:
 SHARED_WEIGHTS = "weights.data"  # the default name of the file several models share
 
 
-def _default_weights(models: list[_Model]) -> str:
+def _default_weights(models: list[_Model], files: SourceFiles) -> str:
     """The weights file when the caller names none: in place, the name the models'
     weights already follow (one file they all read: optimum's ``model.onnx_data`` stays
     ``model.onnx_data``); else ``DST.data`` for one model, ``weights.data`` for several."""
     dst = models[0].dst
     if all(m.in_place for m in models):
         kept = [s for m in models for s in m.plan.sources]
-        followed = kept_weights(dst, kept, [m.dst for m in models[1:]])
+        items = [it for m in models for it in m.plan.items]
+        followed = kept_weights(dst, kept, [m.dst for m in models[1:]], items, files)
         if followed is not None:
             return followed[0]
     if len(models) == 1:
@@ -277,7 +277,7 @@ def deduplicate_external_data(
             models.append(_Model(src, dst, proto, plan, is_in_place(src, dst), len(items)))
             items.extend(plan.items)
         if dst_weights_path is None:
-            dst_weights_path = _default_weights(models)
+            dst_weights_path = _default_weights(models, files)
             weights_destination(dsts[0], dst_weights_path, dsts[1:])
         reused = open_reused(reuse, folder, files)
         blobs = [blob_of(it) for it in items] + [r.blob for r in reused]

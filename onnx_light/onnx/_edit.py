@@ -25,9 +25,8 @@ from ._errors import shown
 from ._options import SerializeOptions, check_progress, check_size_threshold
 from ._save_plan import SavePlan
 from ._shards import default_weights
-from ._sources import SourceFiles
+from ._sources import SourceFiles, kernel_path
 from ._targets import destination_path, real_entry
-
 
 __all__ = ["save_edited"]
 
@@ -172,7 +171,7 @@ def save_edited(
     .. versionadded:: 0.1
     """
     check_progress(progress)
-    src = os.path.abspath(os.fsdecode(src_onnx_path))
+    src = kernel_path(src_onnx_path)
     dst = destination_path(dst_onnx_path)
     _check_paths(src, dst, bool(share_weights))
     options = SerializeOptions(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-
 __all__ = ["ExternalDataError", "Lazy", "OUTSIDE", "TruncatedFileError", "shown"]
 
 

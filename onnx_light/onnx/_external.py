@@ -37,7 +37,6 @@ from ._errors import ExternalDataError, Lazy, shown
 from ._sources import SourceFile, SourceFiles
 from ._tensors import TensorSite, tensor_nbytes
 
-
 __all__ = [
     "InlineSpans",
     "PLACED",

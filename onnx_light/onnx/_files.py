@@ -10,8 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 from ._errors import TruncatedFileError, shown
 from ._libc import last_error, libc_function
 
-
-__all__ = ["pread_exact", "preallocate", "read_refs", "read_upto", "read_whole"]
+__all__ = [
+    "only_zeros_between",
+    "pread_exact",
+    "preallocate",
+    "read_refs",
+    "read_upto",
+    "read_whole",
+]
 
 
 def read_upto(fd: int, buf: memoryview, offset: int) -> int:
@@ -114,3 +120,28 @@ def read_refs(refs: list, files, num_threads: int = 1):
         start = len(refs) - len(futures)
         for k, fut in enumerate(futures):
             yield refs[start + k], fut.result()
+
+
+def only_zeros_between(
+    fd: int, size: int, ranges: list[tuple[int, int]], chunk: int = 1 << 20
+) -> bool:
+    """True when every byte of a file outside ``ranges`` is zero: padding, nothing else.
+
+    Reads only the gaps (the padding of an aligned file is small), chunk by chunk.
+
+    Args:
+        fd: the file, open for reading.
+        size: its size.
+        ranges: ``(offset, length)`` of the bytes that belong to tensors.
+        chunk: bytes read at a time.
+    """
+    position = 0
+    for offset, length in sorted((*ranges, (size, 0))):
+        while position < offset:
+            n = min(chunk, offset - position)
+            data = os.pread(fd, n, position)
+            if len(data) < n or data.count(0) != n:
+                return False
+            position += n
+        position = max(position, offset + length)
+    return True

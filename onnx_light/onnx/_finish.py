@@ -22,7 +22,6 @@ from ._serialize import piece_size, serialize_pieces
 from ._sources import SourceFiles
 from ._writer import write_pieces
 
-
 __all__ = ["finish"]
 
 

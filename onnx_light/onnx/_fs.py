@@ -33,7 +33,6 @@ from dataclasses import dataclass
 
 from ._libc import libc_function
 
-
 __all__ = ["CopyPolicy", "UNKNOWN", "copy_policy"]
 
 

@@ -14,7 +14,6 @@ import gc
 import threading
 from collections.abc import Iterator
 
-
 __all__ = ["paused_gc"]
 
 

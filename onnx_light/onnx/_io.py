@@ -14,9 +14,8 @@ from ._files import read_refs, read_whole
 from ._options import SerializeOptions, check_num_threads, check_options, check_progress
 from ._save_plan import SavePlan
 from ._scan import PROTOBUF_LIMIT, external_refs, own_location, parse_model, scan_model
-from ._sources import SourceFiles
+from ._sources import SourceFiles, kernel_path
 from ._targets import destination_path
-
 
 __all__ = ["load", "save", "serialize_to_file"]
 
@@ -85,7 +84,7 @@ def load(
             for init in meta.graph.initializer:
                 print(init.name, {e.key: e.value for e in init.external_data})
     """
-    path = os.path.abspath(os.fsdecode(path))
+    path = kernel_path(path)
     check_num_threads(num_threads)
     if skip_raw_data and load_external_data:
         raise ValueError("skip_raw_data=True needs load_external_data=False")

@@ -10,7 +10,6 @@ import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-
 __all__ = [
     "Layout",
     "ONNX_IR",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import os
 
-
 __all__ = ["last_error", "libc_function"]
 
 

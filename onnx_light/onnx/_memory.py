@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 
-
 __all__ = ["drop_by_default"]
 
 

@@ -8,7 +8,6 @@ import os
 
 from ._layout import check_shard_naming
 
-
 __all__ = [
     "SETTINGS",
     "SerializeOptions",

@@ -29,7 +29,6 @@ from ._external import InlineSpans, TensorRef, check_length, check_movable
 from ._sources import SourceFile
 from ._tensors import TensorSite, is_external, tensor_nbytes, typed_bytes
 
-
 __all__ = ["Fate", "Item", "Kind", "Mode", "Plan", "decide", "plan_tensors"]
 
 

@@ -19,14 +19,13 @@ from ._readers import Listings, is_model_name, readers, stored_spelling
 from ._signals import critical
 from ._sources import SourceFile, identity
 
-
 __all__ = ["remove", "unreferenced"]
 
 
 def _foreign(path: str) -> bool:
     """A file other tools load for themselves (a ``.safetensors`` that transformers or
     PyTorch read, and an ONNX model may point into): never left for pruning."""
-    return path.endswith(".safetensors")
+    return path.casefold().endswith(".safetensors")  # MODEL.SAFETENSORS too
 
 
 def unreferenced(model_path: str, old: list[SourceFile], new: list[str]) -> list[str]:

@@ -26,7 +26,6 @@ from ._scan import scan_model
 from ._sources import SourceFiles, identity, is_inside
 from ._tensors import is_external, iter_tensors
 
-
 __all__ = ["Listings", "is_model_name", "readers", "stored_spelling"]
 
 

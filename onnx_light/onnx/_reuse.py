@@ -20,7 +20,6 @@ from ._external import check_location
 from ._safetensors import read_safetensors_header
 from ._sources import SourceFiles
 
-
 __all__ = ["Reused", "open_reused"]
 
 

@@ -25,7 +25,6 @@ from ._fs import CopyPolicy
 from ._plan import Item
 from ._sources import SourceFile
 
-
 __all__ = ["BATCH_BYTES", "Run", "Scratch", "copy_batch", "copy_run", "groups", "runs"]
 
 

@@ -25,7 +25,6 @@ from onnx import TensorProto
 
 from ._errors import ExternalDataError, shown
 
-
 __all__ = ["read_safetensors_header"]
 
 

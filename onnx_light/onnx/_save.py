@@ -17,7 +17,6 @@ from ._save_plan import SavePlan
 from ._sources import SourceFiles
 from ._targets import destination_path
 
-
 __all__ = ["save_model_with_shared_external_data"]
 
 

@@ -31,7 +31,6 @@ from ._sources import SourceFiles
 from ._targets import check_targets, target_identities, weights_destination
 from ._tensors import iter_tensors
 
-
 __all__ = ["SavePlan"]
 
 

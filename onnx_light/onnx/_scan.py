@@ -21,7 +21,6 @@ from ._sources import SourceFile, SourceFiles
 from ._tensors import is_external, iter_tensors
 from ._wire import scan_file
 
-
 __all__ = [
     "PROTOBUF_LIMIT",
     "external_refs",

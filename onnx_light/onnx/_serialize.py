@@ -22,7 +22,6 @@ import onnx
 
 from ._wire import encode_varint
 
-
 __all__ = ["Spliced", "piece_size", "serialize_pieces", "strip_raw_data"]
 
 

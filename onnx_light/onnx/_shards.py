@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from ._atomic import AtomicFiles
 from ._errors import shown
+from ._files import only_zeros_between
 from ._layout import (
     ONNX_IR,
     TRANSFORMERS_JS,
@@ -31,12 +32,15 @@ from ._sources import SourceFile, SourceFiles
 from ._targets import weights_destination
 from ._writer import write_weights
 
-
 __all__ = ["WeightsFiles", "default_weights", "kept_weights"]
 
 
 def kept_weights(
-    dst_onnx_path: str, kept: list[SourceFile], others: Sequence[str] = ()
+    dst_onnx_path: str,
+    kept: list[SourceFile],
+    others: Sequence[str] = (),
+    items: Sequence[Item] = (),
+    files: SourceFiles | None = None,
 ) -> tuple[str, str] | None:
     """In place, the weights name the replaced model's files already follow, and its
     shard naming: a re-layout keeps the exporter's names (optimum's
@@ -49,6 +53,10 @@ def kept_weights(
         kept: the data files the replaced model reads.
         others: the call's other models replaced in place (dedup): their
             reading the files does not count.
+        items: the tensors the call writes; with ``files``, a kept file holding
+            bytes none of them reads (a tensor an edit dropped) keeps them: the
+            name is not reused, the old file stays, listed as unreferenced.
+        files: the call's source files.
     """
     folder = os.path.dirname(os.path.abspath(dst_onnx_path))
     names = [os.path.relpath(s.path, folder).replace(os.sep, "/") for s in kept]
@@ -57,18 +65,31 @@ def kept_weights(
     followed = followed_naming(names)
     if followed is None or followed[0].startswith("../"):
         return None
+    if followed[1] == TRANSFORMERS_JS and followed[0] != os.path.basename(dst_onnx_path) + "_data":
+        return None  # X and X_1, not the names transformers.js derives from the model
     listings = Listings()
     skip = {stored_spelling(m, listings) for m in (dst_onnx_path, *others)}
     read, unreadable = readers([s.path for s in kept], folder, skip, listings)
     if read or unreadable:  # another model reads them (or may): they stay, under their names
         return None
+    if files is not None and not all(_only_padding_left(s, items, files) for s in kept):
+        return None  # replacing it would drop bytes no tensor reads any more
     return os.path.join(folder, followed[0]), followed[1]
+
+
+def _only_padding_left(source: SourceFile, items: Sequence[Item], files: SourceFiles) -> bool:
+    """True when every byte of ``source`` the items do not read is zero (padding)."""
+    ranges = [(it.ref.offset, it.ref.length) for it in items if it.ref and it.ref.source is source]
+    with files.lease(source) as fd:
+        return only_zeros_between(fd, source.size, ranges)
 
 
 def default_weights(
     dst_onnx_path: str | os.PathLike,
     shard_naming: str | None = None,
     kept: list[SourceFile] | None = None,
+    items: Sequence[Item] = (),
+    files: SourceFiles | None = None,
 ) -> tuple[str, str | None]:
     """The weights file when the caller names none, and the shard naming.
 
@@ -88,7 +109,9 @@ def default_weights(
         the kept files follow (None when neither says).
     """
     path = os.path.abspath(os.fsdecode(dst_onnx_path))
-    followed = kept_weights(path, kept) if kept and shard_naming != TRANSFORMERS_JS else None
+    followed = None
+    if kept and shard_naming != TRANSFORMERS_JS:
+        followed = kept_weights(path, kept, (), items, files)
     if followed is not None:
         return followed[0], shard_naming or followed[1]
     suffix = "_data" if shard_naming == TRANSFORMERS_JS else ".data"

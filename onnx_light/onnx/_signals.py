@@ -24,7 +24,6 @@ import signal
 import threading
 from collections.abc import Iterator
 
-
 __all__ = ["critical", "guarded"]
 
 

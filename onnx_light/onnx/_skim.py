@@ -27,7 +27,6 @@ import re
 
 import numpy as np
 
-
 __all__ = ["RawDataFilter", "run_end"]
 
 

@@ -20,7 +20,6 @@ from ._scan import scan_model
 from ._sources import SourceFiles
 from ._tensors import is_external, iter_tensors
 
-
 __all__ = ["SINGLE_FILE_THRESHOLD", "plan_model"]
 
 

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 
 from ._errors import OUTSIDE, ExternalDataError, shown
 
-
-__all__ = ["SourceFile", "SourceFiles", "identity", "is_inside"]
+__all__ = ["SourceFile", "SourceFiles", "identity", "is_inside", "kernel_path"]
 
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
@@ -106,6 +105,21 @@ def identity(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino)
+
+
+def kernel_path(path: str | os.PathLike) -> str:
+    """The absolute path of the file the kernel opens for ``path``.
+
+    Its folder has its links resolved, in order, as ``open()`` does: with
+    ``lnk`` a link to ``deep/x``, ``lnk/../m.onnx`` is ``deep/m.onnx``, where
+    :func:`os.path.abspath` would say ``./m.onnx``, another file. Its last
+    name is kept as given: a link there is the file's own (a Hugging Face
+    snapshot's model, a destination that is replaced, not written through).
+    """
+    head, name = os.path.split(os.fsdecode(path))
+    if name in ("", ".", ".."):  # a folder, not a file name: resolved whole
+        return os.path.realpath(os.fsdecode(path))
+    return os.path.join(os.path.realpath(head or os.curdir), name)
 
 
 def is_inside(path: str, folder: str) -> bool:

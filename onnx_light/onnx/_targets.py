@@ -25,8 +25,7 @@ from collections.abc import Callable, Sequence
 from ._errors import ExternalDataError, shown
 from ._external import check_location
 from ._readers import Listings, is_model_name, readers, stored_spelling
-from ._sources import SourceFiles, is_inside
-
+from ._sources import SourceFiles, is_inside, kernel_path
 
 __all__ = [
     "check_targets",
@@ -50,7 +49,7 @@ def destination_path(path: str | os.PathLike) -> str:
     path = os.fsdecode(path)
     if path.endswith(("/", os.sep)):
         raise IsADirectoryError(f"destination {shown(path)} ends with '/': not a file name")
-    path = os.path.abspath(path)
+    path = kernel_path(path)  # lnk/../m.onnx: where open() writes, not ./m.onnx
     destination_dir(path)
     return path
 
@@ -171,13 +170,16 @@ def weights_target(folder: str, location: str) -> str:
             folder read from the current folder: the message gives both readings.
     """
     if os.path.isabs(location):
-        return os.path.normpath(location)
-    by_model = os.path.normpath(os.path.join(folder, location))
-    by_cwd = os.path.abspath(location)
+        return kernel_path(location)
+    by_model = kernel_path(os.path.join(folder, location))
+    by_cwd = kernel_path(location)
     if by_cwd == by_model or real_entry(by_cwd) == real_entry(by_model):
         return by_model
     cwd_there = os.path.isdir(os.path.dirname(by_cwd))
-    model_there = os.path.isdir(os.path.dirname(by_model))
+    # a reading that leaves the model's folder is no place (it would be refused)
+    model_there = os.path.isdir(os.path.dirname(by_model)) and is_inside(
+        os.path.realpath(os.path.dirname(by_model)), os.path.realpath(folder)
+    )
     if not is_inside(os.path.realpath(os.path.dirname(by_cwd)), os.path.realpath(folder)):
         if cwd_there and not model_there:  # meant from the current folder, surely
             raise ValueError(

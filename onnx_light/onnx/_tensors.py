@@ -24,7 +24,6 @@ import onnx.numpy_helper
 
 from ._errors import ExternalDataError
 
-
 __all__ = [
     "TensorSite",
     "is_external",

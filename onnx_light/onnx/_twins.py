@@ -21,7 +21,6 @@ from ._errors import TruncatedFileError
 from ._plan import Item
 from ._sources import SourceFiles
 
-
 __all__ = ["find_transposed"]
 
 

@@ -24,7 +24,6 @@ from ._errors import ExternalDataError, shown
 from ._files import pread_exact
 from ._skim import RawDataFilter, run_end
 
-
 __all__ = ["WireError", "encode_varint", "scan_file"]
 
 

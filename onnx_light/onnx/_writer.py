@@ -24,7 +24,6 @@ from ._plan import Item
 from ._runs import BATCH_BYTES, Run, Scratch, copy_batch, copy_run, groups, runs
 from ._sources import SourceFiles
 
-
 __all__ = ["write_pieces", "write_weights"]
 
 
