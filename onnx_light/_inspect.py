@@ -18,7 +18,6 @@ from onnx_light.onnx._sources import SourceFiles
 from onnx_light.onnx._tensors import is_external, iter_tensors, path_to_str, tensor_nbytes
 from onnx_light.onnx._twins import find_transposed
 
-
 __all__ = ["listed", "model_info", "shared_across", "transposed_pairs", "verify_models"]
 
 

@@ -41,8 +41,6 @@ checks that the cache was not modified.
 import hashlib
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import matplotlib.pyplot as plt
@@ -51,7 +49,7 @@ import onnx
 import onnxruntime
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, model_inputs
+from onnx_light.bench import make_gemm_model, model_inputs, show_command
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (4, 300) if SMALL else (12, 1000)
@@ -103,16 +101,7 @@ model_path = os.path.join(snapshot, "model.onnx")
 
 def onnx_light_cli(*args: str) -> None:
     """Run ``onnx-light ARGS`` in the example's folder and print what it says."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "onnx_light", *args],
-        cwd=folder,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    print("$ onnx-light", " ".join(args))
-    # paths relative to the example's temporary folder, for reading
-    print((proc.stdout + proc.stderr).replace(folder + os.sep, "").rstrip())
+    show_command(*args, cwd=folder)
 
 
 snap_rel = os.path.relpath(model_path, folder)

@@ -31,8 +31,6 @@ outputs. The options (shards, in place, small tensors back inline) are in
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import matplotlib.pyplot as plt
@@ -42,7 +40,7 @@ import onnxruntime
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, model_inputs
+from onnx_light.bench import make_gemm_model, model_inputs, show_command
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (4, 300) if SMALL else (12, 1000)
@@ -112,16 +110,7 @@ print(f"{int(result)} bytes written to {written}, {result.moved} tensors moved")
 
 def onnx_light_cli(*args: str) -> None:
     """Run ``onnx-light ARGS`` in the example's folder and print what it says."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "onnx_light", *args],
-        cwd=folder,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    print("$ onnx-light", " ".join(args))
-    # paths relative to the example's temporary folder, for reading
-    print((proc.stdout + proc.stderr).replace(folder + os.sep, "").rstrip())
+    show_command(*args, cwd=folder)
 
 
 onnx_light_cli("align", "model.onnx", "aligned_cli.onnx", "--alignment", "4096")

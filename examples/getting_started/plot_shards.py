@@ -29,8 +29,6 @@ described in :ref:`l-howto-align-external-data-streaming`.
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import matplotlib.pyplot as plt
@@ -39,7 +37,7 @@ import onnxruntime
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, model_inputs
+from onnx_light.bench import make_gemm_model, model_inputs, show_command
 
 SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
 N_WEIGHTS, DIM = (6, 300) if SMALL else (12, 1000)
@@ -103,16 +101,7 @@ print(shards.head(6).to_string(index=False))
 
 def onnx_light_cli(*args: str) -> None:
     """Run ``onnx-light ARGS`` in the example's folder and print what it says."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "onnx_light", *args],
-        cwd=folder,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    print("$ onnx-light", " ".join(args))
-    # paths relative to the example's temporary folder, for reading
-    print((proc.stdout + proc.stderr).replace(folder + os.sep, "").rstrip())
+    show_command(*args, cwd=folder)
 
 
 os.mkdir(os.path.join(folder, "web"))

@@ -22,6 +22,7 @@ dependencies; all work on Linux (``/proc``) and degrade elsewhere.
 """
 
 from .cache import evict
+from .command import show_command
 from .compare import Comparison, compare
 from .figures import summary_bars
 from .machine import describe_machine
@@ -38,6 +39,7 @@ from .status import read_status
 from .timeline import RssTimeline, Sample
 
 __all__ = [
+    "show_command",
     "Comparison",
     "PeakMemory",
     "Rounds",
