@@ -390,6 +390,7 @@ EXTERNAL = (
     "argparse.",
     "typing.",
     "pathlib.",
+    "subprocess.",
 )
 EXTERNAL_MODULES = {
     "onnx",

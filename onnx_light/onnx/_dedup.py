@@ -81,8 +81,8 @@ class DedupResult:
     bytes_before: int
     bytes_written: int
     bytes_reused: int = 0
-    groups: list[tuple[TensorName, ...]] = field(default_factory=list)
-    transposed: list[tuple[TensorName, TensorName, int]] = field(default_factory=list)
+    groups: list[tuple[tuple[str, str], ...]] = field(default_factory=list)
+    transposed: list[tuple[tuple[str, str], tuple[str, str], int]] = field(default_factory=list)
     weights_paths: list[str] = field(default_factory=list)
     unreferenced: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)

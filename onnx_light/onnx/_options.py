@@ -164,7 +164,8 @@ def check_setting(name: str, value: object) -> object:
     :data:`~onnx_light.onnx.SHARD_NAMINGS`.
 
     Args:
-        name: one of :data:`SETTINGS`.
+        name: one of ``"alignment"``, ``"size_threshold"``, ``"inline_below"``,
+            ``"max_shard_size"``, ``"chunk_size"``, ``"num_threads"``, ``"shard_naming"``.
         value: its value.
 
     Returns:
