@@ -39,8 +39,7 @@ from ._dedup import DedupResult, deduplicate_external_data
 from ._edit import save_edited
 from ._errors import ExternalDataError, TruncatedFileError
 from ._io import load, save, serialize_to_file
-from ._layout import SHARD_NAMINGS
-from ._options import SerializeOptions, check_setting
+from ._options import SHARD_NAMINGS, SerializeOptions, check_setting
 from ._save import save_model_with_shared_external_data
 from ._wire import WireError
 

@@ -17,12 +17,13 @@ from ._external import PLACED, place
 from ._files import only_zeros_between
 from ._finish import finish
 from ._gc import paused_gc
-from ._layout import ONNX_IR, check_shard_naming
 from ._options import (
+    ONNX_IR,
     check_alignment,
     check_chunk_size,
     check_max_shard_size,
     check_progress,
+    check_shard_naming,
     check_size_threshold,
 )
 from ._plan import Plan

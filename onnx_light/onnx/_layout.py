@@ -10,13 +10,11 @@ import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+from ._options import ONNX_IR, TRANSFORMERS_JS
+
 __all__ = [
     "Layout",
-    "ONNX_IR",
-    "SHARD_NAMINGS",
-    "TRANSFORMERS_JS",
     "TRANSFORMERS_JS_MAX_FILES",
-    "check_shard_naming",
     "followed_naming",
     "plan_shards",
     "shard_name",
@@ -154,24 +152,7 @@ def plan_shards(
     ]
 
 
-ONNX_IR = "onnx-ir"
-TRANSFORMERS_JS = "transformers.js"
-SHARD_NAMINGS = (ONNX_IR, TRANSFORMERS_JS)
 TRANSFORMERS_JS_MAX_FILES = 100  # transformers.js's MAX_EXTERNAL_DATA_CHUNKS
-
-
-def check_shard_naming(value: object) -> str:
-    """Validate a shard naming: ``"onnx-ir"`` or ``"transformers.js"``.
-
-    Raises:
-        TypeError: it is not a string.
-        ValueError: it is another string.
-    """
-    if not isinstance(value, str):
-        raise TypeError(f"shard_naming must be a str, got {value!r}")
-    if value not in SHARD_NAMINGS:
-        raise ValueError(f"shard_naming must be one of {SHARD_NAMINGS}, got {value!r}")
-    return value
 
 
 def shard_name(location: str, index: int, count: int, naming: str = ONNX_IR) -> str:

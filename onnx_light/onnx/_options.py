@@ -6,10 +6,11 @@ import copy
 import numbers
 import os
 
-from ._layout import check_shard_naming
-
 __all__ = [
+    "ONNX_IR",
     "SETTINGS",
+    "SHARD_NAMINGS",
+    "TRANSFORMERS_JS",
     "SerializeOptions",
     "check_alignment",
     "check_chunk_size",
@@ -18,9 +19,29 @@ __all__ = [
     "check_options",
     "check_progress",
     "check_setting",
+    "check_shard_naming",
     "check_size_threshold",
     "derived",
 ]
+
+
+ONNX_IR = "onnx-ir"
+TRANSFORMERS_JS = "transformers.js"
+SHARD_NAMINGS = (ONNX_IR, TRANSFORMERS_JS)
+
+
+def check_shard_naming(value: object) -> str:
+    """Validate a shard naming: ``"onnx-ir"`` or ``"transformers.js"``.
+
+    Raises:
+        TypeError: it is not a string.
+        ValueError: it is another string.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"shard_naming must be a str, got {value!r}")
+    if value not in SHARD_NAMINGS:
+        raise ValueError(f"shard_naming must be one of {SHARD_NAMINGS}, got {value!r}")
+    return value
 
 
 MAX_ALIGNMENT = 2**30

@@ -17,15 +17,9 @@ from collections.abc import Callable, Sequence
 from ._atomic import AtomicFiles
 from ._errors import shown
 from ._files import only_zeros_between
-from ._layout import (
-    ONNX_IR,
-    TRANSFORMERS_JS,
-    TRANSFORMERS_JS_MAX_FILES,
-    followed_naming,
-    plan_shards,
-    shard_name,
-)
+from ._layout import TRANSFORMERS_JS_MAX_FILES, followed_naming, plan_shards, shard_name
 from ._memory import drop_by_default
+from ._options import ONNX_IR, TRANSFORMERS_JS
 from ._plan import Item
 from ._readers import Listings, readers, stored_spelling
 from ._sources import SourceFile, SourceFiles
