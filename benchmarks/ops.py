@@ -159,7 +159,7 @@ def onnx_save(p: Paths, out: str) -> Case:
 def floor_write(p: Paths, out: str) -> Case:
     """The floor of any save: the weights' bytes, held in one buffer, written into a
     new preallocated file (16 MiB per ``pwrite``)."""
-    from onnx_light.onnx._files import preallocate
+    from onnx_light.onnx._system.files import preallocate
 
     total = os.path.getsize(p.two_data)
     buf = memoryview(bytearray(os.urandom(1 << 20)) * (total // (1 << 20) + 1))[:total]
@@ -353,7 +353,7 @@ def _readahead_hints(mode: str):
     """The copy engine, patched to advise the kernel about the source before each range:
     ``sequential`` (``POSIX_FADV_SEQUENTIAL`` on the whole source, once) or
     ``willneed`` (``POSIX_FADV_WILLNEED`` on the range after the one being copied)."""
-    from onnx_light.onnx import _copy
+    from onnx_light.onnx._write import copy as _copy
 
     original = _copy.CopyEngine.copy
     advised: set[int] = set()

@@ -39,7 +39,7 @@ from suite import FLUSHED, GROUPS, OPT_IN, ROWS, TIMELINE, condition, fs_plan, p
 
 from onnx_light.bench.filesystems import loop_mount, unavailable
 from onnx_light.bench.rounds import hold_free_pages, prime, warm
-from onnx_light.onnx._fs import copy_policy
+from onnx_light.onnx._write.fs import copy_policy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

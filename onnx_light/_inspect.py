@@ -11,12 +11,12 @@ import os
 
 import onnx
 
-from onnx_light.onnx._external import Resolver, check_location, is_decimal
-from onnx_light.onnx._scan import scan_model
-from onnx_light.onnx._source_plan import plan_model
-from onnx_light.onnx._sources import SourceFiles
-from onnx_light.onnx._tensors import is_external, iter_tensors, path_to_str, tensor_nbytes
-from onnx_light.onnx._twins import find_transposed
+from onnx_light.onnx._content.twins import find_transposed
+from onnx_light.onnx._plan.source_plan import plan_model
+from onnx_light.onnx._read.external import Resolver, check_location, is_decimal
+from onnx_light.onnx._read.scan import scan_model
+from onnx_light.onnx._read.sources import SourceFiles
+from onnx_light.onnx._read.tensors import is_external, iter_tensors, path_to_str, tensor_nbytes
 
 __all__ = ["listed", "model_info", "shared_across", "transposed_pairs", "verify_models"]
 

@@ -33,10 +33,10 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from .onnx._external import read_entries
-from .onnx._scan import scan_model
-from .onnx._sources import SourceFiles, is_inside, kernel_path
-from .onnx._tensors import is_external, iter_tensors
+from .onnx._read.external import read_entries
+from .onnx._read.scan import scan_model
+from .onnx._read.sources import SourceFiles, is_inside, kernel_path
+from .onnx._read.tensors import is_external, iter_tensors
 
 __all__ = ["loader_verdicts"]
 

@@ -150,7 +150,7 @@ def make_every_kind_model(seed: int = 0) -> onnx.ModelProto:
 
 def tensor_bytes(model: onnx.ModelProto) -> dict:
     """{(path, name): raw bytes} of every tensor of a fully loaded model."""
-    from onnx_light.onnx._tensors import iter_tensors, path_to_str
+    from onnx_light.onnx._read.tensors import iter_tensors, path_to_str
 
     out = {}
     for site in iter_tensors(model):
@@ -165,7 +165,7 @@ def read_back(path) -> dict:
     onnx.load leaves sparse tensors external, so external bytes are read here
     with plain file reads, independent of onnx-light.
     """
-    from onnx_light.onnx._tensors import is_external, iter_tensors, path_to_str
+    from onnx_light.onnx._read.tensors import is_external, iter_tensors, path_to_str
 
     folder = os.path.dirname(str(path))
     model = onnx.load(str(path), load_external_data=False)
@@ -225,7 +225,7 @@ def run_ort(path, model_inputs=None):
 
 def external_offsets(path) -> list[tuple[str, int, int]]:
     """(location, offset, length) of every external tensor of the model at ``path``."""
-    from onnx_light.onnx._tensors import is_external, iter_tensors
+    from onnx_light.onnx._read.tensors import is_external, iter_tensors
 
     model = onnx.load(str(path), load_external_data=False)
     out = []
@@ -276,7 +276,7 @@ def external_tensor(name: str, location: str, offset: str, length: int) -> onnx.
 
 def model_from_initializer_bytes(folder, tensor_bytes_: bytes, name: str = "m.onnx"):
     """Write a model whose single initializer is given as serialized bytes; return its path."""
-    from onnx_light.onnx._wire import encode_varint
+    from onnx_light.onnx._read.wire import encode_varint
 
     graph = helper.make_graph([], "g", [], [])
     model = helper.make_model(graph)

@@ -30,7 +30,7 @@ from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
 from onnx_light.cli import main
-from onnx_light.onnx._wire import encode_varint
+from onnx_light.onnx._read.wire import encode_varint
 
 EDE = onnxl.ExternalDataError
 

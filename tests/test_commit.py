@@ -19,7 +19,7 @@ import pytest
 from conftest import folder_digest, read_back, save_two_file
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx import _atomic
+from onnx_light.onnx._commit import atomic as _atomic
 
 
 def _align(src, dst, weights, **kw):

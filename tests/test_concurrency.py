@@ -26,7 +26,7 @@ from conftest import two_file_pair as _pair
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx import _atomic
+from onnx_light.onnx._commit import atomic as _atomic
 
 
 @pytest.fixture
@@ -212,7 +212,7 @@ def test_paused_gc_overlapping_calls_restore_the_collector():
     import sys
     import threading
 
-    from onnx_light.onnx._gc import paused_gc
+    from onnx_light.onnx._system.gc import paused_gc
 
     assert gc.isenabled()
     a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()

@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from onnx_light.onnx._content import CHUNK, SAMPLE, Blob, comparison_bound, content_classes
-from onnx_light.onnx._sources import SourceFiles
+from onnx_light.onnx._content.keys import CHUNK, SAMPLE, Blob, comparison_bound, content_classes
+from onnx_light.onnx._read.sources import SourceFiles
 
 
 @pytest.mark.parametrize("length", [1, 100, SAMPLE, SAMPLE + 1, 3 * SAMPLE, CHUNK, 2 * CHUNK + 7])
@@ -42,7 +42,7 @@ def test_many_look_alikes_cost_a_pass_each_not_a_comparison_per_pair(tmp_path, m
     """200 tensors of one length, equal in the sampled bytes, different elsewhere:
     every one is read a bounded number of times (it used to be compared with every
     earlier one: quadratic)."""
-    import onnx_light.onnx._content as content
+    import onnx_light.onnx._content.keys as content
 
     n, length = 200, 64 * 1024
     path = tmp_path / "data"

@@ -5,9 +5,11 @@ import os
 
 import pytest
 
-from onnx_light.onnx import _copy, _runs, _writer
-from onnx_light.onnx._copy import CopyEngine
-from onnx_light.onnx._fs import CopyPolicy
+from onnx_light.onnx._write import copy as _copy
+from onnx_light.onnx._write import runs as _runs
+from onnx_light.onnx._write import writer as _writer
+from onnx_light.onnx._write.copy import CopyEngine
+from onnx_light.onnx._write.fs import CopyPolicy
 
 
 def _enosys(*a, **k):

@@ -132,7 +132,7 @@ def test_in_place_shares_and_lists_then_removes_the_old_files(tmp_path):
 def test_a_failure_before_the_commit_leaves_every_file_as_it_was(tmp_path, monkeypatch):
     srcs = _pair(tmp_path / "m")
     before = folder_digest(tmp_path / "m")
-    import onnx_light.onnx._finish as ending  # where every writer writes its .onnx
+    import onnx_light.onnx._write.finish as ending  # where every writer writes its .onnx
 
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")

@@ -14,7 +14,7 @@ import pytest
 from conftest import read_back, save_two_file
 
 import onnx_light.onnx as onnxl
-import onnx_light.onnx._copy as copy_module
+import onnx_light.onnx._write.copy as copy_module
 from onnx_light.bench import make_gemm_model
 
 MiB = 2**20
@@ -107,7 +107,7 @@ def test_the_command_line_flag_drops_behind(model, tmp_path):
 def test_by_default_a_copy_is_dropped_only_when_it_exceeds_the_memory_available(
     model, tmp_path, monkeypatch
 ):
-    import onnx_light.onnx._shards as shards
+    import onnx_light.onnx._write.shards as shards
 
     seen = []
     real = shards.write_weights
@@ -126,7 +126,7 @@ def test_by_default_a_copy_is_dropped_only_when_it_exceeds_the_memory_available(
 
 
 def test_the_memory_available_reads_meminfo_and_the_cgroup():
-    from onnx_light.onnx._memory import available_memory, drop_by_default
+    from onnx_light.onnx._system.memory import available_memory, drop_by_default
 
     room = available_memory()
     assert room is not None and room > 0

@@ -26,7 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx_light.onnx as onnxl
 from onnx_light._inspect import verify_model
-from onnx_light.onnx._tensors import _BITS, _onnx_bits, tensor_nbytes, typed_raw_bytes
+from onnx_light.onnx._read.tensors import _BITS, _onnx_bits, tensor_nbytes, typed_raw_bytes
 
 
 def _align(src, dst, weights, **kw):

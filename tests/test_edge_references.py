@@ -20,7 +20,7 @@ from conftest import external_tensor, folder_digest, model_from_initializer_byte
 from onnx import TensorProto, helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx._layout import MAX_FILE_SIZE, plan_layout, plan_shards
+from onnx_light.onnx._plan.layout import MAX_FILE_SIZE, plan_layout, plan_shards
 
 DATA = np.arange(64, dtype=np.uint8).tobytes()
 

@@ -29,7 +29,7 @@ from conftest import two_file_pair as _pair
 
 import onnx_light.onnx as onnxl
 from onnx_light.cli import main
-from onnx_light.onnx import _atomic
+from onnx_light.onnx._commit import atomic as _atomic
 from onnx_light.onnx._errors import TruncatedFileError
 
 TMP_NAME = re.compile(r"^\.(?P<final>.+)\.[0-9a-f]{8}" + re.escape(_atomic.TMP_SUFFIX) + "$")
@@ -481,7 +481,7 @@ def test_model_file_truncated_while_scanning(tmp_path, monkeypatch):
 
 
 def test_fallocate_errors_are_not_ignored(pair, tmp_path, monkeypatch):
-    from onnx_light.onnx import _files
+    from onnx_light.onnx._system import files as _files
 
     path, _, _ = pair
 
@@ -492,7 +492,7 @@ def test_fallocate_errors_are_not_ignored(pair, tmp_path, monkeypatch):
         return -1
 
     monkeypatch.setattr(_files, "libc_function", lambda name, *a: failing)
-    monkeypatch.setattr("onnx_light.onnx._writer.PREALLOCATE_BYTES", 1)
+    monkeypatch.setattr("onnx_light.onnx._write.writer.PREALLOCATE_BYTES", 1)
     with pytest.raises(OSError) as info:
         _align(path, tmp_path / "a.onnx", "a.data")
     assert info.value.errno == errno.EIO

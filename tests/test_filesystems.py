@@ -18,8 +18,8 @@ from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
 from onnx_light.bench.filesystems import loop_mount, unavailable
-from onnx_light.onnx import _copy
-from onnx_light.onnx._fs import copy_policy
+from onnx_light.onnx._write import copy as _copy
+from onnx_light.onnx._write.fs import copy_policy
 
 MiB = 1024 * 1024
 FILESYSTEMS = ["tmp", "tmpfs", "xfs", "btrfs"]

@@ -26,10 +26,10 @@ from conftest import make_every_kind_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from onnx_light.onnx._scan import parse_model
-from onnx_light.onnx._serialize import _is_repeated
-from onnx_light.onnx._tensors import is_external, iter_tensors
-from onnx_light.onnx._wire import FileBuffer, encode_varint, scan_buffer
+from onnx_light.onnx._plan.serialize import _is_repeated
+from onnx_light.onnx._read.scan import parse_model
+from onnx_light.onnx._read.tensors import is_external, iter_tensors
+from onnx_light.onnx._read.wire import FileBuffer, encode_varint, scan_buffer
 
 SELF = "fuzz-self.onnx"  # the location the scanner records for its own file
 HANG_LIMIT = 60  # seconds for one example: the scanner must never hang (no speed claim)

@@ -289,9 +289,8 @@ def test_every_private_module_declares_its_interface_first():
                     a.name for a in node.names if f"{source}.{a.name}" not in modules
                 }
     for module, path in modules.items():
-        leaf = module.rpartition(".")[2]
-        if not leaf.startswith("_") or leaf.startswith("__"):
-            continue
+        if path.endswith("__init__.py") or not _is_private(module):
+            continue  # a stage folder's __init__ is empty (test below)
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read(), path)
         body = [n for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom))]
@@ -312,6 +311,64 @@ def test_every_private_module_declares_its_interface_first():
         assert listed <= defined, f"{module}: {sorted(listed - defined)} not defined there"
 
 
+def _is_private(module: str) -> bool:
+    """A module of the engine: one of its names after the package is private."""
+    return any(p.startswith("_") and not p.startswith("__") for p in module.split(".")[1:])
+
+
+def test_stage_folders_have_empty_init_files():
+    """A stage folder is only a folder: importing it runs nothing, re-exports nothing
+    (a module is imported by the path where it lives)."""
+    modules = package_modules(_package_root(), PACKAGE)
+    folders = [m for m, p in modules.items() if p.endswith("__init__.py") and _is_private(m)]
+    assert folders, "no stage folder found"
+    for folder in folders:
+        assert os.path.getsize(modules[folder]) == 0, f"{folder}/__init__.py is not empty"
+
+
+# The engine's folders in the order they may import each other: a module imports only
+# from its own folder and the ones before it. The settings and errors are the base;
+# the writers and the facade (onnx_light.onnx's own modules) sit on top.
+STAGES = ("base", "_system", "_read", "_commit", "_plan", "_content", "_write", "writers")
+BASE = {f"{PACKAGE}.onnx._errors", f"{PACKAGE}.onnx._options"}
+
+
+def _stage(module: str) -> str | None:
+    if module in BASE:
+        return "base"
+    parts = module.split(".")
+    if parts[:2] != [PACKAGE, "onnx"]:
+        return None  # the CLI, the bench, the reports: outside the engine
+    if len(parts) > 2 and parts[2] in STAGES[1:-1]:
+        return parts[2]
+    return "writers"
+
+
+def test_the_stage_folders_import_in_order():
+    """base -> _system -> _read -> _commit -> _plan -> _content, _write -> writers: no
+    module imports from a later stage (_content and _write do not import each other)."""
+    graph = import_graph(package_modules(_package_root(), PACKAGE))
+    folders = {
+        m.split(".")[2]
+        for m in graph
+        if m.startswith(f"{PACKAGE}.onnx._") and len(m.split(".")) > 3
+    }
+    assert folders == set(STAGES[1:-1]), sorted(folders)
+    order = {stage: i for i, stage in enumerate(STAGES)}
+    wrong = []
+    for module, targets in sorted(graph.items()):
+        stage = _stage(module)
+        if stage is None:
+            continue
+        for target in sorted(targets):
+            other = _stage(target)
+            if other is None or other == stage:
+                continue
+            if order[other] > order[stage] or {stage, other} == {"_content", "_write"}:
+                wrong.append(f"{module} ({stage}) imports {target} ({other})")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_the_command_line_uses_only_the_public_api():
     """Whatever the CLI needs, a user's script needs too: it imports no private module
     of onnx_light.onnx (its own reporting modules, onnx_light._inspect..., are its own)."""
@@ -327,5 +384,12 @@ def test_the_engine_page_lists_every_module():
     with open(os.path.join(root, "_doc", "design", "engine.rst"), encoding="utf-8") as f:
         page = f.read()
     folder = os.path.join(_package_root(), "onnx")
-    missing = sorted(n for n in os.listdir(folder) if n.endswith(".py") and f"``{n}``" not in page)
+    files = [
+        os.path.relpath(os.path.join(d, n), folder).replace(os.sep, "/")
+        for d, _, names in os.walk(folder)
+        for n in names
+        if n.endswith(".py") and not (n == "__init__.py" and d != folder)
+    ]
+    assert len(files) > 30, files
+    missing = sorted(f for f in files if f"``{f}``" not in page)
     assert not missing, f"engine.rst does not list {missing}"

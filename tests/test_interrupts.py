@@ -31,7 +31,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx._atomic import OLD_SUFFIX, TMP_SUFFIX
+from onnx_light.onnx._commit.atomic import OLD_SUFFIX, TMP_SUFFIX
 
 N_TENSORS, SHARD, SRC_ALIGN, DST_ALIGN = 100, 2048, 64, 4096
 N_INT, N_TERM = 36, 8  # per case: 6 cases -> 216 SIGINT and 48 SIGTERM trials

@@ -7,7 +7,7 @@ import pytest
 from conftest import make_every_kind_model, save_two_file, tensor_bytes
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx._tensors import is_external, iter_tensors
+from onnx_light.onnx._read.tensors import is_external, iter_tensors
 
 
 def test_protos_are_onnx_classes():

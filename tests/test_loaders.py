@@ -28,7 +28,7 @@ from conftest import run_cli as _cli
 import onnx_light.onnx as onnxl
 from onnx_light._loaders import LOADERS, loader_verdicts
 from onnx_light.bench import make_gemm_model, model_inputs
-from onnx_light.onnx import _atomic
+from onnx_light.onnx._commit import atomic as _atomic
 
 
 def _relocate(path, location: str) -> None:
@@ -42,7 +42,7 @@ def _relocate(path, location: str) -> None:
 
 
 def _all_tensors(model):
-    from onnx_light.onnx._tensors import iter_tensors
+    from onnx_light.onnx._read.tensors import iter_tensors
 
     return [site.tensor for site in iter_tensors(model)]
 

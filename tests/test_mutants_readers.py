@@ -19,7 +19,7 @@ import pytest
 from conftest import folder_digest, read_back, save_two_file, tensor_bytes, uint8_model
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx import _prune
+from onnx_light.onnx._commit import prune as _prune
 
 
 def _two_file(folder, name="m.onnx"):

@@ -16,7 +16,7 @@ from conftest import save_two_file
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx._plan import EXTERNAL_FATE, Fate, Kind, Mode, decide
+from onnx_light.onnx._plan.planner import EXTERNAL_FATE, Fate, Kind, Mode, decide
 
 
 def expected(kind: Kind, mode: Mode, moves: bool, small: bool, sparse: bool) -> Fate:

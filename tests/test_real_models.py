@@ -22,7 +22,7 @@ from onnx import numpy_helper
 
 import onnx_light.onnx as onnxl
 from onnx_light._inspect import verify_model
-from onnx_light.onnx._tensors import iter_tensors
+from onnx_light.onnx._read.tensors import iter_tensors
 
 BACKEND = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 

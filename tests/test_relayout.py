@@ -26,7 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import convert_model_to_external_data
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx._tensors import iter_tensors
+from onnx_light.onnx._read.tensors import iter_tensors
 
 KiB = 1024
 SHARDS4 = [f"m-{i:05d}-of-00004.onnx.data" for i in (1, 2, 3, 4)]

@@ -11,13 +11,13 @@ import onnx
 import pytest
 from onnx import TensorProto
 
-from onnx_light.onnx._errors import ExternalDataError
-from onnx_light.onnx._safetensors import (
+from onnx_light.onnx._content.safetensors import (
     DTYPE_BITS,
     ONNX_DTYPES,
     SafetensorsTensor,
     read_safetensors_header,
 )
+from onnx_light.onnx._errors import ExternalDataError
 
 
 def _read(path) -> list[SafetensorsTensor]:

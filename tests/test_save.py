@@ -23,7 +23,8 @@ from conftest import uint8_model as _model
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx import _io, _shards
+from onnx_light.onnx import _io
+from onnx_light.onnx._write import shards as _shards
 
 
 def _opts(**kw):

@@ -21,8 +21,8 @@ from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
 from onnx_light.cli import main
-from onnx_light.onnx import _atomic
-from onnx_light.onnx._layout import shard_name
+from onnx_light.onnx._commit import atomic as _atomic
+from onnx_light.onnx._plan.layout import shard_name
 
 KiB = 1024
 

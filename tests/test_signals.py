@@ -19,8 +19,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx import _atomic, _signals
-from onnx_light.onnx._atomic import TMP_SUFFIX
+from onnx_light.onnx._commit import atomic as _atomic
+from onnx_light.onnx._commit.atomic import TMP_SUFFIX
+from onnx_light.onnx._system import signals as _signals
 
 
 def _model(n: int = 4, size: int = 1_000_000):

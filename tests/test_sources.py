@@ -22,7 +22,8 @@ from conftest import uint8_model as _model
 from onnx import helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx import _sources, _targets
+from onnx_light.onnx._commit import targets as _targets
+from onnx_light.onnx._read import sources as _sources
 
 
 def _align(src, dst, weights, **kw):
@@ -89,7 +90,7 @@ def test_hard_link_on_descriptor(pair, tmp_path, monkeypatch):
 def test_model_link_swapped_after_open_does_not_widen_the_folder(tmp_path, monkeypatch):
     """The real path of the model is taken when it is opened: a link swapped to ``/x`` after
     that cannot make ``/`` the folder data may lie in."""
-    from onnx_light.onnx import _sources
+    from onnx_light.onnx._read import sources as _sources
 
     secret = tmp_path / "secret"
     secret.write_bytes(b"TOPSECRET!" * 100)

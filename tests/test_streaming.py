@@ -21,8 +21,10 @@ from conftest import (
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx import _atomic, _copy, _writer
-from onnx_light.onnx._tensors import is_external, iter_tensors
+from onnx_light.onnx._commit import atomic as _atomic
+from onnx_light.onnx._read.tensors import is_external, iter_tensors
+from onnx_light.onnx._write import copy as _copy
+from onnx_light.onnx._write import writer as _writer
 
 
 def _check_aligned(path, alignment, weights="dst.data"):
@@ -362,7 +364,7 @@ def test_thousands_of_tiny_tensors_in_few_system_calls(tmp_path, monkeypatch, al
 
 def test_truncated_source_in_a_batch_names_the_tensor(tmp_path, monkeypatch):
     """A source that ends early inside a batch names the first tensor whose bytes are missing."""
-    from onnx_light.onnx import _runs
+    from onnx_light.onnx._write import runs as _runs
 
     save_two_file(_tiny_tensors_model(50), tmp_path / "m.onnx", size_threshold=0)
     real = _runs.read_upto

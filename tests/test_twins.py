@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from onnx_light.bench import PeakMemory
+from onnx_light.onnx._content.twins import transposed_twins
 from onnx_light.onnx._errors import TruncatedFileError
-from onnx_light.onnx._twins import transposed_twins
 
 
 class Reader:

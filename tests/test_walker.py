@@ -5,7 +5,7 @@ import onnx
 from conftest import make_every_kind_model
 from onnx import helper, numpy_helper
 
-from onnx_light.onnx._tensors import iter_tensors, path_to_str, tensor_nbytes
+from onnx_light.onnx._read.tensors import iter_tensors, path_to_str, tensor_nbytes
 
 
 def test_every_kind_found_in_fixed_order():

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx._tensors import is_external, iter_tensors, path_to_str
-from onnx_light.onnx._wire import WireError, encode_varint, read_varint, scan_buffer
+from onnx_light.onnx._read.tensors import is_external, iter_tensors, path_to_str
+from onnx_light.onnx._read.wire import WireError, encode_varint, read_varint, scan_buffer
 
 
 def _align(src, dst, weights, **kw):
@@ -197,7 +197,7 @@ def _forest(n: int) -> onnx.ModelProto:
 def test_forest_scans_to_protobufs_answer(monkeypatch, window, prefilter):
     """Runs of varints, floats, doubles and short strings skipped in one step, across
     window edges; the Constant's weights after them still become a reference."""
-    from onnx_light.onnx import _skim
+    from onnx_light.onnx._read import skim as _skim
 
     monkeypatch.setattr(_skim, "WINDOW", window)
     if not prefilter:  # every message decoded: the runs are what keeps it fast
@@ -269,7 +269,7 @@ def test_dropped_external_data_entries_are_checked():
 
 def test_many_tensors_scan_in_linear_work(monkeypatch):
     """The raw_data filter keeps its clean intervals merged: its work per tensor is constant."""
-    from onnx_light.onnx import _skim
+    from onnx_light.onnx._read import skim as _skim
 
     sizes = []
     real = _skim.RawDataFilter._add_clean
@@ -331,7 +331,7 @@ _SCAN_MEMORY = textwrap.dedent(
     import onnx
     from onnx_light.bench import PeakMemory
     import onnx_light.onnx as onnxl
-    from onnx_light.onnx._wire import scan_file
+    from onnx_light.onnx._read.wire import scan_file
 
     path, what = sys.argv[1:]
     with PeakMemory() as peak:

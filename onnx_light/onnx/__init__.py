@@ -40,8 +40,8 @@ from ._edit import save_edited
 from ._errors import ExternalDataError, TruncatedFileError
 from ._io import load, save, serialize_to_file
 from ._options import SHARD_NAMINGS, SerializeOptions, check_setting
+from ._read.wire import WireError
 from ._save import save_model_with_shared_external_data
-from ._wire import WireError
 
 # every name of this package reports this module (tracebacks, help(), pickles)
 for _public in (

@@ -12,11 +12,15 @@ import os
 import stat
 from collections.abc import Callable
 
-from ._atomic import AtomicFiles, folder_lock
-from ._external import PLACED, place
-from ._files import only_zeros_between
-from ._finish import finish
-from ._gc import paused_gc
+from ._commit.atomic import AtomicFiles, folder_lock
+from ._commit.prune import remove, unreferenced
+from ._commit.targets import (
+    check_targets,
+    destination_path,
+    is_in_place,
+    overwrite_hint,
+    weights_destination,
+)
 from ._options import (
     ONNX_IR,
     check_alignment,
@@ -26,19 +30,15 @@ from ._options import (
     check_shard_naming,
     check_size_threshold,
 )
-from ._plan import Plan
-from ._prune import remove, unreferenced
-from ._serialize import Spliced, strip_raw_data
-from ._shards import WeightsFiles, default_weights
-from ._source_plan import plan_model
-from ._sources import SourceFiles, identity, kernel_path
-from ._targets import (
-    check_targets,
-    destination_path,
-    is_in_place,
-    overwrite_hint,
-    weights_destination,
-)
+from ._plan.planner import Plan
+from ._plan.serialize import Spliced, strip_raw_data
+from ._plan.source_plan import plan_model
+from ._read.external import PLACED, place
+from ._read.sources import SourceFiles, identity, kernel_path
+from ._system.files import only_zeros_between
+from ._system.gc import paused_gc
+from ._write.finish import finish
+from ._write.shards import WeightsFiles, default_weights
 
 __all__ = ["AlignResult", "align_external_data_streaming"]
 

@@ -3,7 +3,7 @@
 :func:`deduplicate_external_data` is the pipeline every writer shares, with content
 keys: each source model is scanned and planned as ``align`` plans it
 (:func:`~._align.plan_model`); the content of every tensor to move decides
-its key (:func:`~._content.content_classes`: lengths, samples, then bytes
+its key (:func:`~onnx_light.onnx._content.keys.content_classes`: lengths, samples, then bytes
 compared); tensors whose bytes a reused ``.safetensors`` file holds point
 into it; the layout planner writes one range per key into one weights file
 (or one set of shards); the copy engine streams the bytes; one commit
@@ -18,28 +18,9 @@ from dataclasses import dataclass, field, replace
 
 import onnx
 
-from ._atomic import AtomicFiles, folder_lock
-from ._content import blob_of, comparison_bound, comparison_estimate, content_classes
-from ._errors import ExternalDataError, shown
-from ._external import place
-from ._finish import finish
-from ._gc import paused_gc
-from ._memory import drop_by_default
-from ._options import (
-    check_alignment,
-    check_chunk_size,
-    check_max_shard_size,
-    check_progress,
-    check_size_threshold,
-)
-from ._plan import Item, Plan
-from ._prune import remove, unreferenced
-from ._reuse import Reused, open_reused
-from ._serialize import Spliced, strip_raw_data
-from ._shards import WeightsFiles, kept_weights
-from ._source_plan import plan_model
-from ._sources import SourceFiles, kernel_path
-from ._targets import (
+from ._commit.atomic import AtomicFiles, folder_lock
+from ._commit.prune import remove, unreferenced
+from ._commit.targets import (
     check_targets,
     destination_path,
     is_in_place,
@@ -47,7 +28,26 @@ from ._targets import (
     real_entry,
     weights_destination,
 )
-from ._twins import find_transposed
+from ._content.keys import blob_of, comparison_bound, comparison_estimate, content_classes
+from ._content.reuse import Reused, open_reused
+from ._content.twins import find_transposed
+from ._errors import ExternalDataError, shown
+from ._options import (
+    check_alignment,
+    check_chunk_size,
+    check_max_shard_size,
+    check_progress,
+    check_size_threshold,
+)
+from ._plan.planner import Item, Plan
+from ._plan.serialize import Spliced, strip_raw_data
+from ._plan.source_plan import plan_model
+from ._read.external import place
+from ._read.sources import SourceFiles, kernel_path
+from ._system.gc import paused_gc
+from ._system.memory import drop_by_default
+from ._write.finish import finish
+from ._write.shards import WeightsFiles, kept_weights
 
 __all__ = ["DedupResult", "deduplicate_external_data"]
 
@@ -406,7 +406,7 @@ class _Phases:
 
     The total is the bytes the call reads and writes, refined as it learns:
     the comparison is announced as reading each look-alike once
-    (:func:`~._content.comparison_estimate`), and grows only if it reads more
+    (:func:`~onnx_light.onnx._content.keys.comparison_estimate`), and grows only if it reads more
     (equal or alike tensors compared again); the writing as every tensor's
     bytes until the comparison has decided what is unique, then what it
     writes. ``done`` never goes back.

@@ -8,10 +8,10 @@ already exist, so there is no second pipeline:
 
 - sharing the source's weights: the shared save (references kept verbatim,
   new inline tensors into a small file), refused outside the source's folder;
-- a compact copy: :class:`~._save.SavePlan` with the references read from the
+- a compact copy: :class:`~onnx_light.onnx._write.save_plan.SavePlan` with the references read from the
   source (``base_dir``), every referenced byte range planned by
-  :func:`~._plan.plan_tensors`, copied file to file by the copy engine and
-  committed with the ``.onnx`` by :class:`~._atomic.AtomicFiles`.
+  :func:`~onnx_light.onnx._plan.planner.plan_tensors`, copied file to file by the copy engine and
+  committed with the ``.onnx`` by :class:`~onnx_light.onnx._commit.atomic.AtomicFiles`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from collections.abc import Callable
 
 import onnx
 
+from ._commit.targets import destination_path, real_entry
 from ._errors import shown
 from ._options import SerializeOptions, check_progress, check_size_threshold
-from ._save_plan import SavePlan
-from ._shards import default_weights
-from ._sources import SourceFiles, kernel_path
-from ._targets import destination_path, real_entry
+from ._read.sources import SourceFiles, kernel_path
+from ._write.save_plan import SavePlan
+from ._write.shards import default_weights
 
 __all__ = ["save_edited"]
 

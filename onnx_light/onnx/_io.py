@@ -7,15 +7,15 @@ from collections.abc import Callable
 
 import onnx
 
-from ._atomic import folder_lock
+from ._commit.atomic import folder_lock
+from ._commit.targets import destination_path
 from ._errors import shown
-from ._external import TensorRef, set_inline
-from ._files import read_refs, read_whole
 from ._options import SerializeOptions, check_num_threads, check_options, check_progress
-from ._save_plan import SavePlan
-from ._scan import PROTOBUF_LIMIT, external_refs, own_location, parse_model, scan_model
-from ._sources import SourceFiles, kernel_path
-from ._targets import destination_path
+from ._read.external import TensorRef, set_inline
+from ._read.scan import PROTOBUF_LIMIT, external_refs, own_location, parse_model, scan_model
+from ._read.sources import SourceFiles, kernel_path
+from ._system.files import read_refs, read_whole
+from ._write.save_plan import SavePlan
 
 __all__ = ["load", "save", "serialize_to_file"]
 

@@ -1,6 +1,6 @@
 """save_model_with_shared_external_data: a variant that writes only its new weights.
 
-Beside its body: a :class:`~._save_plan.SavePlan` that keeps every external
+Beside its body: a :class:`~onnx_light.onnx._write.save_plan.SavePlan` that keeps every external
 reference verbatim (``use_external_data_location`` forced on a copy of the
 caller's options) and writes the new inline tensors to ``DST.data``.
 """
@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 import onnx
 
+from ._commit.targets import destination_path
 from ._options import SerializeOptions, check_options, check_progress, derived
-from ._save_plan import SavePlan
-from ._sources import SourceFiles
-from ._targets import destination_path
+from ._read.sources import SourceFiles
+from ._write.save_plan import SavePlan
 
 __all__ = ["save_model_with_shared_external_data"]
 

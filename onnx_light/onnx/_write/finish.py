@@ -2,8 +2,8 @@
 
 save, the shared save, ``save_edited``, align and dedup (and the converter)
 all end here, after their weights files went into the same
-:class:`~._atomic.AtomicFiles`: each model is serialized with its tensors
-substituted (:func:`~._serialize.serialize_pieces`: placed references, and
+:class:`~onnx_light.onnx._commit.atomic.AtomicFiles`: each model is serialized with its tensors
+substituted (:func:`~onnx_light.onnx._plan.serialize.serialize_pieces`: placed references, and
 inline bytes as spans of source files, never read into memory), checked
 against protobuf's limit, written by the copy engine, then every file is
 committed together.
@@ -15,12 +15,12 @@ from collections.abc import Sequence
 
 import onnx
 
-from ._atomic import AtomicFiles
-from ._errors import shown
-from ._scan import PROTOBUF_LIMIT
-from ._serialize import piece_size, serialize_pieces
-from ._sources import SourceFiles
-from ._writer import write_pieces
+from .._commit.atomic import AtomicFiles
+from .._errors import shown
+from .._plan.serialize import piece_size, serialize_pieces
+from .._read.scan import PROTOBUF_LIMIT
+from .._read.sources import SourceFiles
+from .writer import write_pieces
 
 __all__ = ["finish"]
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from array import array
 
-from ._errors import ExternalDataError, shown
-from ._files import pread_exact
-from ._skim import RawDataFilter, run_end
+from .._errors import ExternalDataError, shown
+from .._system.files import pread_exact
+from .skim import RawDataFilter, run_end
 
 __all__ = ["WireError", "encode_varint", "scan_file"]
 

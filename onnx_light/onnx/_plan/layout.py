@@ -10,7 +10,7 @@ import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from ._options import ONNX_IR, TRANSFORMERS_JS
+from .._options import ONNX_IR, TRANSFORMERS_JS
 
 __all__ = [
     "Layout",

@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ._external import read_entries
-from ._scan import scan_model
-from ._sources import SourceFiles, identity, is_inside
-from ._tensors import is_external, iter_tensors
+from .._read.external import read_entries
+from .._read.scan import scan_model
+from .._read.sources import SourceFiles, identity, is_inside
+from .._read.tensors import is_external, iter_tensors
 
 __all__ = ["Listings", "is_model_name", "readers", "stored_spelling"]
 

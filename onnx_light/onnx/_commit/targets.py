@@ -22,10 +22,10 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 
-from ._errors import ExternalDataError, shown
-from ._external import check_location
-from ._readers import Listings, is_model_name, readers, stored_spelling
-from ._sources import SourceFiles, is_inside, kernel_path
+from .._errors import ExternalDataError, shown
+from .._read.external import check_location
+from .._read.sources import SourceFiles, is_inside, kernel_path
+from .readers import Listings, is_model_name, readers, stored_spelling
 
 __all__ = [
     "check_targets",

@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._content import Blob, blob_of
-from ._errors import TruncatedFileError
-from ._plan import Item
-from ._sources import SourceFiles
+from .._errors import TruncatedFileError
+from .._plan.planner import Item
+from .._read.sources import SourceFiles
+from .keys import Blob, blob_of
 
 __all__ = ["find_transposed"]
 
@@ -163,7 +163,7 @@ def find_transposed(
     """Pairs of 2-D tensors, one the transpose of the other (``[V, D]`` and ``[D, V]``).
 
     Only non-square matrices of one data type and size are compared, once
-    per content class; :func:`~._twins.transposed_twins` samples a few
+    per content class; :func:`~onnx_light.onnx._content.twins.transposed_twins` samples a few
     elements, then compares tile by tile in flat memory.
     """
     groups: dict[tuple, list[int]] = {}

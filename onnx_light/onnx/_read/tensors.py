@@ -22,7 +22,7 @@ import onnx
 import onnx.helper
 import onnx.numpy_helper
 
-from ._errors import ExternalDataError
+from .._errors import ExternalDataError
 
 __all__ = [
     "TensorSite",

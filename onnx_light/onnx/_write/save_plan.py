@@ -3,7 +3,7 @@
 The engine of :func:`~onnx_light.onnx.save`,
 :func:`~onnx_light.onnx.save_model_with_shared_external_data` and
 :func:`~onnx_light.onnx.save_edited`: the planner
-(:func:`~._plan.plan_tensors`) says where each tensor goes, this lays out the
+(:func:`~onnx_light.onnx._plan.planner.plan_tensors`) says where each tensor goes, this lays out the
 weights files, checks the destinations (the in-place case included) and
 writes. Every check runs before anything is written.
 """
@@ -14,22 +14,22 @@ import os
 
 import onnx
 
-from ._atomic import AtomicFiles
-from ._errors import OUTSIDE, ExternalDataError, shown
-from ._external import Resolver, TensorRef, place
-from ._finish import finish
-from ._options import (
+from .._commit.atomic import AtomicFiles
+from .._commit.targets import check_targets, target_identities, weights_destination
+from .._errors import OUTSIDE, ExternalDataError, shown
+from .._options import (
     SerializeOptions,
     check_alignment,
     check_num_threads,
 )
-from ._plan import Mode, plan_tensors
-from ._scan import model_files, ref_key
-from ._serialize import Spliced, strip_raw_data
-from ._shards import WeightsFiles
-from ._sources import SourceFiles
-from ._targets import check_targets, target_identities, weights_destination
-from ._tensors import iter_tensors
+from .._plan.planner import Mode, plan_tensors
+from .._plan.serialize import Spliced, strip_raw_data
+from .._read.external import Resolver, TensorRef, place
+from .._read.scan import model_files, ref_key
+from .._read.sources import SourceFiles
+from .._read.tensors import iter_tensors
+from .finish import finish
+from .shards import WeightsFiles
 
 __all__ = ["SavePlan"]
 

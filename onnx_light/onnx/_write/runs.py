@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ._copy import CopyEngine, pwrite_all
-from ._errors import Lazy, TruncatedFileError, shown
-from ._files import read_upto
-from ._fs import CopyPolicy
-from ._plan import Item
-from ._sources import SourceFile
+from .._errors import Lazy, TruncatedFileError, shown
+from .._plan.planner import Item
+from .._read.sources import SourceFile
+from .._system.files import read_upto
+from .copy import CopyEngine, pwrite_all
+from .fs import CopyPolicy
 
 __all__ = ["BATCH_BYTES", "Run", "Scratch", "copy_batch", "copy_run", "groups", "runs"]
 

@@ -15,14 +15,14 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from ._copy import CopyEngine, pwrite_all
-from ._errors import shown
-from ._files import preallocate
-from ._fs import CopyPolicy, copy_policy
-from ._layout import Layout
-from ._plan import Item
-from ._runs import BATCH_BYTES, Run, Scratch, copy_batch, copy_run, groups, runs
-from ._sources import SourceFiles
+from .._errors import shown
+from .._plan.layout import Layout
+from .._plan.planner import Item
+from .._read.sources import SourceFiles
+from .._system.files import preallocate
+from .copy import CopyEngine, pwrite_all
+from .fs import CopyPolicy, copy_policy
+from .runs import BATCH_BYTES, Run, Scratch, copy_batch, copy_run, groups, runs
 
 __all__ = ["write_pieces", "write_weights"]
 
@@ -80,7 +80,7 @@ def _write_memory(fd: int, jobs: list[tuple[Item, int]], threads: int, done) -> 
 
 
 def _preallocate(fd: int, total: int, all_runs: list[Run], memory, policy: CopyPolicy) -> None:
-    """Reserve the ranges that will be written for real (see :mod:`._fs`).
+    """Reserve the ranges that will be written for real (see :mod:`_write.fs`).
 
     Where blocks can be shared, the ranges of congruent runs are left out:
     the copy shares their blocks instead of filling reserved ones.
@@ -127,7 +127,7 @@ def write_weights(
         chunk_size: bytes per copy system call.
         progress: optional ``progress(done_bytes, total_bytes)``.
         drop_behind: drop the copied ranges from the page cache as they are
-            copied (see :class:`~._copy.CopyEngine`).
+            copied (see :class:`~onnx_light.onnx._write.copy.CopyEngine`).
 
     Returns:
         The size of the file.
@@ -169,7 +169,7 @@ def write_pieces(
 
     Args:
         fd: the destination, open for writing.
-        pieces: from :func:`~._serialize.serialize_pieces`.
+        pieces: from :func:`~onnx_light.onnx._plan.serialize.serialize_pieces`.
         files: the call's source files.
         chunk_size: bytes per copy system call.
 

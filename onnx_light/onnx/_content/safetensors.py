@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from onnx import TensorProto
 
-from ._errors import ExternalDataError, shown
+from .._errors import ExternalDataError, shown
 
 __all__ = ["read_safetensors_header"]
 

@@ -15,11 +15,11 @@ import stat
 import onnx
 from google.protobuf.message import DecodeError
 
-from ._errors import shown
-from ._external import InlineSpans, Resolver, TensorRef
-from ._sources import SourceFile, SourceFiles
-from ._tensors import is_external, iter_tensors
-from ._wire import scan_file
+from .._errors import shown
+from .external import InlineSpans, Resolver, TensorRef
+from .sources import SourceFile, SourceFiles
+from .tensors import is_external, iter_tensors
+from .wire import scan_file
 
 __all__ = [
     "PROTOBUF_LIMIT",

@@ -15,7 +15,7 @@ move, and says what becomes of each tensor:
 - a reference kept as it is (``save`` with ``use_external_data_location``);
 - nothing, for an inline tensor that stays where it is in the model.
 
-Nothing is written here; the layout planner (``_layout.py``) then places
+Nothing is written here; the layout planner (``_plan/layout.py``) then places
 the items.
 """
 
@@ -25,9 +25,9 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ._external import InlineSpans, TensorRef, check_length, check_movable
-from ._sources import SourceFile
-from ._tensors import TensorSite, is_external, tensor_nbytes, typed_bytes
+from .._read.external import InlineSpans, TensorRef, check_length, check_movable
+from .._read.sources import SourceFile
+from .._read.tensors import TensorSite, is_external, tensor_nbytes, typed_bytes
 
 __all__ = ["Fate", "Item", "Kind", "Mode", "Plan", "decide", "plan_tensors"]
 

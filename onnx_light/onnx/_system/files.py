@@ -7,8 +7,8 @@ import errno
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from ._errors import TruncatedFileError, shown
-from ._libc import last_error, libc_function
+from .._errors import TruncatedFileError, shown
+from .libc import last_error, libc_function
 
 __all__ = [
     "only_zeros_between",
@@ -67,7 +67,7 @@ def preallocate(fd: int, offset: int, length: int) -> None:
     """Reserve ``length`` bytes at ``offset`` of a new file with ``fallocate(2)``.
 
     The copies that follow then write into reserved blocks (faster on ext4:
-    see ``_fs.py``), and a full disk fails before any byte of them is
+    see ``_write/fs.py``), and a full disk fails before any byte of them is
     copied. Unlike ``os.posix_fallocate``, glibc's ``fallocate`` never
     emulates the call by writing the file: where the filesystem does not
     support it (EOPNOTSUPP, ENOSYS), nothing happens.

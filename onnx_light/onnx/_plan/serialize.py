@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from ._wire import encode_varint
+from .._read.wire import encode_varint
 
 __all__ = ["Spliced", "piece_size", "serialize_pieces", "strip_raw_data"]
 

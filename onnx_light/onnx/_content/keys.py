@@ -21,8 +21,8 @@ import os
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-from ._plan import Item
-from ._sources import SourceFile, SourceFiles
+from .._plan.planner import Item
+from .._read.sources import SourceFile, SourceFiles
 
 __all__ = ["Blob", "blob_of", "comparison_bound", "comparison_estimate", "content_classes"]
 

@@ -14,17 +14,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-from ._atomic import AtomicFiles
-from ._errors import shown
-from ._files import only_zeros_between
-from ._layout import TRANSFORMERS_JS_MAX_FILES, followed_naming, plan_shards, shard_name
-from ._memory import drop_by_default
-from ._options import ONNX_IR, TRANSFORMERS_JS
-from ._plan import Item
-from ._readers import Listings, readers, stored_spelling
-from ._sources import SourceFile, SourceFiles
-from ._targets import weights_destination
-from ._writer import write_weights
+from .._commit.atomic import AtomicFiles
+from .._commit.readers import Listings, readers, stored_spelling
+from .._commit.targets import weights_destination
+from .._errors import shown
+from .._options import ONNX_IR, TRANSFORMERS_JS
+from .._plan.layout import TRANSFORMERS_JS_MAX_FILES, followed_naming, plan_shards, shard_name
+from .._plan.planner import Item
+from .._read.sources import SourceFile, SourceFiles
+from .._system.files import only_zeros_between
+from .._system.memory import drop_by_default
+from .writer import write_weights
 
 __all__ = ["WeightsFiles", "default_weights", "kept_weights"]
 
@@ -123,7 +123,7 @@ class WeightsFiles:
             first shard is derived from it).
         max_shard_size: the limit of one file in bytes; None: one file.
         naming: how shards are named: ``"onnx-ir"`` or ``"transformers.js"``
-            (see :func:`~._layout.shard_name`).
+            (see :func:`~onnx_light.onnx._plan.layout.shard_name`).
 
     Raises:
         ValueError: a shard's name cannot be written (see ``weights_destination``),
@@ -187,7 +187,7 @@ class WeightsFiles:
         """Write every file (as temporary files of ``out``); none when there is no item.
 
         ``drop_behind`` None drops the copied ranges from the page cache when
-        the bytes to copy exceed the memory available (:mod:`._memory`).
+        the bytes to copy exceed the memory available (:mod:`_system.memory`).
 
         Returns:
             The bytes written, padding included.

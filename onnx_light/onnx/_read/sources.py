@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ._errors import OUTSIDE, ExternalDataError, shown
+from .._errors import OUTSIDE, ExternalDataError, shown
 
 __all__ = ["SourceFile", "SourceFiles", "identity", "is_inside", "kernel_path"]
 

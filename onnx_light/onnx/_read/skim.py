@@ -1,6 +1,6 @@
 """Skim metadata fast: skip what cannot hold a tensor's raw_data, and runs of small fields.
 
-The scanner (``_wire.py``) decodes fields in Python, about a microsecond each.
+The scanner (``_read/wire.py``) decodes fields in Python, about a microsecond each.
 A tree ensemble has millions of fields (one per node id, threshold, mode...),
 none of which can hold weights. Two shortcuts keep its scan near protobuf's
 speed, without ever reading weights:

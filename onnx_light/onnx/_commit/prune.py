@@ -5,7 +5,7 @@ per tensor to one file) leaves the files the old model read and the new one
 does not. They are never deleted silently: another model of the folder may
 share them (a variant saved with shared weights). :func:`unreferenced` lists
 those that no ``.onnx`` of the model's folder references (see
-:mod:`._readers`); :func:`remove` deletes them when the caller asks.
+:mod:`_commit.readers`); :func:`remove` deletes them when the caller asks.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import contextlib
 import os
 import warnings
 
-from ._errors import shown
-from ._readers import Listings, is_model_name, readers, stored_spelling
-from ._signals import critical
-from ._sources import SourceFile, identity
+from .._errors import shown
+from .._read.sources import SourceFile, identity
+from .._system.signals import critical
+from .readers import Listings, is_model_name, readers, stored_spelling
 
 __all__ = ["remove", "unreferenced"]
 

@@ -1,8 +1,8 @@
 """A source model scanned and planned, under its folder's shared lock.
 
 What re-aligning, deduplicating and ``info --twins`` share: parse the
-metadata without the weights (:func:`~._scan.scan_model`), resolve and check
-every reference, and let the one planner (:func:`~._plan.plan_tensors`) say
+metadata without the weights (:func:`~onnx_light.onnx._read.scan.scan_model`), resolve and check
+every reference, and let the one planner (:func:`~onnx_light.onnx._plan.planner.plan_tensors`) say
 where each tensor's bytes go (``MOVE``: every external tensor into the new
 weights files).
 """
@@ -13,12 +13,12 @@ import os
 
 import onnx
 
-from ._atomic import folder_lock
-from ._external import Resolver, read_entries
-from ._plan import Mode, Plan, plan_tensors
-from ._scan import scan_model
-from ._sources import SourceFiles
-from ._tensors import is_external, iter_tensors
+from .._commit.atomic import folder_lock
+from .._read.external import Resolver, read_entries
+from .._read.scan import scan_model
+from .._read.sources import SourceFiles
+from .._read.tensors import is_external, iter_tensors
+from .planner import Mode, Plan, plan_tensors
 
 __all__ = ["SINGLE_FILE_THRESHOLD", "plan_model"]
 
@@ -29,7 +29,7 @@ SINGLE_FILE_THRESHOLD = 1024  # onnx.save's own size_threshold
 def plan_model(
     src: str, files: SourceFiles, size_threshold: int | None, inline_below: int | None = None
 ) -> tuple[onnx.ModelProto, Plan, int | None]:
-    """Scan ``src`` and plan every tensor (:func:`~._plan.plan_tensors`), under a
+    """Scan ``src`` and plan every tensor (:func:`~onnx_light.onnx._plan.planner.plan_tensors`), under a
     shared lock on its folder.
 
     Returns:

@@ -14,11 +14,11 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ._content import Blob
-from ._errors import ExternalDataError, shown
-from ._external import check_location
-from ._safetensors import read_safetensors_header
-from ._sources import SourceFiles
+from .._errors import ExternalDataError, shown
+from .._read.external import check_location
+from .._read.sources import SourceFiles
+from .keys import Blob
+from .safetensors import read_safetensors_header
 
 __all__ = ["Reused", "open_reused"]
 

@@ -8,7 +8,7 @@ Three ways, tried in order, as CPython's ``shutil`` does for ``sendfile``:
 
 A copy that cannot share blocks (its offsets are shifted, or the filesystem
 never shares) starts with ``splice`` where the destination's
-:class:`~._fs.CopyPolicy` says it is faster; one that can, on a filesystem
+:class:`~onnx_light.onnx._write.fs.CopyPolicy` says it is faster; one that can, on a filesystem
 that shares blocks, starts with ``copy_file_range``, its head up to a block
 boundary copied first so the rest can be shared.
 With ``drop_behind``, the ranges already copied leave the page cache as the
@@ -30,8 +30,8 @@ import errno
 import os
 from collections.abc import Callable
 
-from ._errors import TruncatedFileError
-from ._fs import UNKNOWN, CopyPolicy
+from .._errors import TruncatedFileError
+from .fs import UNKNOWN, CopyPolicy
 
 __all__ = ["CopyEngine", "pwrite_all"]
 
@@ -60,7 +60,7 @@ class CopyEngine:
         progress: optional ``progress(done_bytes, total_bytes)``, called after
             every chunk.
         total: the total announced to ``progress``.
-        policy: the destination filesystem's :class:`~._fs.CopyPolicy`
+        policy: the destination filesystem's :class:`~onnx_light.onnx._write.fs.CopyPolicy`
             (default: the kernel's ``copy_file_range`` first for every copy).
         drop_behind: drop the copied ranges of both files from the page
             cache as the copy goes (the destination's written to disk first).

@@ -35,9 +35,9 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ._errors import shown
-from ._libc import last_error, libc_function
-from ._signals import critical, guarded
+from .._errors import shown
+from .._system.libc import last_error, libc_function
+from .._system.signals import critical, guarded
 
 __all__ = ["AtomicFiles", "folder_lock"]
 
@@ -102,7 +102,7 @@ class AtomicFiles:
     """A set of files written to temporary names and replaced together.
 
     Use as a context manager: on an exception (a signal included, see
-    :mod:`._signals`) every temporary file is removed, and a full disk names
+    :mod:`_system.signals`) every temporary file is removed, and a full disk names
     the file being written; call :meth:`commit` to move them over their final
     names. All the temporary names of one set share one random token, so two
     destinations that a case-insensitive filesystem takes for one file meet

@@ -11,7 +11,7 @@ onnx >= 1.22, and a few more):
 - the file exists, is a regular file (no FIFO, device or folder) and has a
   single hard link (a hard link can make any file of the disk appear inside
   the folder; onnx refuses them too), checked on the open descriptor
-  (:mod:`._sources`);
+  (:mod:`_read.sources`);
 - ``offset`` and ``length`` are plain decimal integers (ASCII digits only, as
   onnxruntime parses them, at most 100 digits), ``offset + length`` fits in
   the file, and ``length`` equals dtype x dims when both are known;
@@ -33,9 +33,9 @@ from itertools import chain
 
 import onnx
 
-from ._errors import ExternalDataError, Lazy, shown
-from ._sources import SourceFile, SourceFiles
-from ._tensors import TensorSite, tensor_nbytes
+from .._errors import ExternalDataError, Lazy, shown
+from .sources import SourceFile, SourceFiles
+from .tensors import TensorSite, tensor_nbytes
 
 __all__ = [
     "InlineSpans",

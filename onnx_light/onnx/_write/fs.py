@@ -31,7 +31,7 @@ import platform
 import struct
 from dataclasses import dataclass
 
-from ._libc import libc_function
+from .._system.libc import libc_function
 
 __all__ = ["CopyPolicy", "UNKNOWN", "copy_policy"]
 
