@@ -24,6 +24,7 @@ import onnx
 from ._commit.targets import destination_path, real_entry
 from ._errors import shown
 from ._options import SerializeOptions, check_progress, check_size_threshold
+from ._plan.cast import find_casts, source_dtypes
 from ._read.sources import SourceFiles, kernel_path
 from ._write.save_plan import SavePlan
 from ._write.shards import default_weights
@@ -105,6 +106,18 @@ def save_edited(
       ``size_threshold`` bytes join them. Memory does not grow with the
       weights' size.
 
+    **The bytes follow the dtype.** When the edited model gives an external
+    tensor another ``data_type`` than the source's tensor with the same
+    reference has (a graph tool converted the graph to float16, say), its
+    bytes are converted while they stream into the new weights file, in
+    chunks, in flat memory: float32 -> float16 and float32 -> bfloat16 (round
+    to nearest even; NaN stays NaN, infinities stay infinite, values beyond
+    float16's range become infinite), float16 / bfloat16 -> float32 (exact),
+    float64 -> float32. Converted bytes are new bytes: with
+    ``share_weights=True`` they go to ``dst_weights_path``, and the rest is
+    shared. Another dtype change is refused, naming the tensor; tensors the
+    tool converted inline are written as it left them.
+
     Every reference is checked (file present, inside the folder, in range,
     matching dtype x dims) before anything is written; the source's files are
     never opened for writing, and the outputs are committed together
@@ -148,8 +161,10 @@ def save_edited(
         FileNotFoundError: the source model or a referenced data file is
             missing (the message names the tensor and the path).
         ExternalDataError: a reference is malformed, unsafe or out of range,
-            or a destination is a file the model reads (naming the tensor and
-            the file).
+            its length fits neither its new dtype nor its source dtype, its
+            dtype changed to one its bytes cannot be converted to, or a
+            destination is a file the model reads (naming the tensor and the
+            file).
         OSError: disk full or I/O error; nothing is left under the
             destination names.
 
@@ -186,8 +201,9 @@ def save_edited(
         dst_weights_path = default_weights(dst)[0]
     with SourceFiles() as files:
         files.model(src)  # a source, in both modes: no destination may replace it
+        casts = find_casts(model, lambda: source_dtypes(src, files), src)
         plan = (_SharingPlan if share_weights else SavePlan)(
-            model, dst, dst_weights_path, options, files
+            model, dst, dst_weights_path, options, files, casts
         )
         if share_weights:
             _check_shares(plan, src)
@@ -204,6 +220,14 @@ def _check_shares(plan: SavePlan, src: str) -> None:
     if plan.plan.kept or not plan.plan.items:
         return
     size = sum(item.size for item in plan.plan.items)
+    converted = sum(item.cast is not None for item in plan.plan.items)
+    if converted:
+        raise ValueError(
+            f"share_weights=True would share nothing with {shown(src)}: the {converted} "
+            "tensors of the model that reference its files change dtype, so their bytes "
+            f"are new ({size} bytes in all would go to the new weights file); pass "
+            "share_weights=False for a compact copy"
+        )
     raise ValueError(
         f"share_weights=True would share nothing with {shown(src)}: no tensor of the model "
         f"references its files, and {len(plan.plan.items)} tensors ({size} bytes) held in "

@@ -24,12 +24,18 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
+from .._errors import ExternalDataError, shown
 from .._read.external import InlineSpans, TensorRef, check_length, check_movable
 from .._read.sources import SourceFile
 from .._read.tensors import TensorSite, is_external, tensor_nbytes, typed_bytes
 
+
 __all__ = ["Fate", "Item", "Kind", "Mode", "Plan", "decide", "plan_tensors"]
+
+if TYPE_CHECKING:
+    from .cast import Cast
 
 
 class Mode(Enum):
@@ -121,12 +127,20 @@ class Item:
     shared: Hashable | None = None
 
     @property
+    def cast(self) -> Cast | None:
+        """How its bytes are converted on the way, when they change dtype."""
+        return self.ref.cast if self.ref is not None else None
+
+    @property
     def key(self):
         """The sharing key of the layout planner: the content key when one was
-        decided, else the source span, if any."""
+        decided, else the source span (and the conversion of its bytes), if any."""
         if self.shared is not None:
             return self.shared
-        return self.ref.span if self.ref is not None else None
+        if self.ref is None:
+            return None
+        cast = self.ref.cast
+        return self.ref.span if cast is None else (self.ref.span, cast.conversion)
 
 
 @dataclass
@@ -154,8 +168,23 @@ class Plan:
     sources: list[SourceFile] = field(default_factory=list)
 
     def copy(self, ref: TensorRef, into_weights: bool) -> None:
-        """Copy the bytes of an external tensor: into the weights files, or inline."""
-        if into_weights:
+        """Copy the bytes of an external tensor: into the weights files, or inline.
+
+        Raises:
+            ExternalDataError: its bytes change dtype but would be spliced into
+                the ``.onnx`` (only the weights files' writer converts).
+        """
+        if ref.cast is not None:
+            if not into_weights:
+                raise ExternalDataError(
+                    f"tensor {ref.site.label} in {shown(ref.file)}: its bytes are "
+                    f"{ref.cast.conversion.src} values the edited model reads as "
+                    f"{ref.cast.conversion}: they are converted only into a weights file "
+                    "(give the save a weights location)"
+                )
+            size = ref.cast.conversion.length(ref.length)
+            self.items.append(Item(ref.cast.site, size, ref, ref.entries))
+        elif into_weights:
             self.items.append(Item(ref.site, ref.length, ref, ref.entries))
         else:
             self.inline.append(ref)
@@ -206,7 +235,9 @@ def plan_tensors(
             seen.add(ref.source)
             plan.sources.append(ref.source)
         data = typed_bytes(site) if fate is Fate.WEIGHTS and kind is Kind.TYPED else None
-        if fate is Fate.KEEP:
+        if fate is Fate.KEEP and ref.cast is not None:
+            plan.copy(ref, into_weights=True)  # new bytes: never the source's, kept
+        elif fate is Fate.KEEP:
             plan.kept.append(ref)
         elif fate is Fate.WEIGHTS and kind is Kind.RAW:
             check_movable(site)
@@ -217,9 +248,9 @@ def plan_tensors(
         elif ref is not None:  # into the weights files, or spliced into the .onnx
             if kind is Kind.OWN and fate is Fate.WEIGHTS:  # inline bytes moving out
                 check_movable(site)
-                check_length(site, ref.length, ref.file)
+                check_length(ref.site, ref.length, ref.file)  # its source dtype, if cast
             elif small:  # an external tensor coming back inline
-                check_length(site, ref.length, ref.file)
+                check_length(ref.site, ref.length, ref.file)
             plan.copy(ref, into_weights=fate is Fate.WEIGHTS)
             plan.inlined += small
         elif kind is not Kind.EMPTY:  # stays in the model (a typed field that cannot convert too)

@@ -30,12 +30,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from itertools import chain
+from typing import TYPE_CHECKING
 
 import onnx
 
 from .._errors import ExternalDataError, Lazy, shown
 from .sources import SourceFile, SourceFiles
 from .tensors import TensorSite, tensor_nbytes
+
 
 __all__ = [
     "InlineSpans",
@@ -50,6 +52,9 @@ __all__ = [
     "read_entries",
     "set_inline",
 ]
+
+if TYPE_CHECKING:
+    from .._plan.cast import Cast
 
 
 MAX_DIGITS = 100  # longer integers are not parsed (int() refuses over 4300 digits)
@@ -74,6 +79,8 @@ class TensorRef:
         length: number of bytes.
         entries: the tensor's ``external_data`` as an ordered dict (other keys
             such as ``checksum`` are carried along).
+        cast: when the edited tensor gives these bytes another dtype, how they
+            are converted (``site`` is then the tensor as the source has it).
     """
 
     site: TensorSite
@@ -81,6 +88,7 @@ class TensorRef:
     offset: int
     length: int
     entries: dict[str, str]
+    cast: Cast | None = None
 
     @property
     def file(self) -> str:

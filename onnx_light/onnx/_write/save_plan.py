@@ -11,6 +11,7 @@ writes. Every check runs before anything is written.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import onnx
 
@@ -27,7 +28,7 @@ from .._plan.serialize import Spliced, strip_raw_data
 from .._read.external import Resolver, TensorRef, place
 from .._read.scan import model_files, ref_key
 from .._read.sources import SourceFiles
-from .._read.tensors import iter_tensors
+from .._read.tensors import TensorSite, iter_tensors
 from .finish import finish
 from .shards import WeightsFiles
 
@@ -43,6 +44,9 @@ class SavePlan:
         location: the weights file, or None for a single file.
         options: the :class:`SerializeOptions`.
         files: the call's source files (every reference is opened there).
+        casts: ``{tensor path: Cast}``, the references whose bytes are converted
+            to the tensor's new dtype while copied (their length checked against
+            the source dtype).
 
     Raises:
         TypeError: ``model`` is not a ModelProto.
@@ -64,6 +68,7 @@ class SavePlan:
         location: str | os.PathLike | None,
         options: SerializeOptions,
         files: SourceFiles,
+        casts: dict | None = None,
     ) -> None:
         if not isinstance(model, onnx.ModelProto):
             raise TypeError(f"model must be an onnx.ModelProto, got {type(model).__name__}")
@@ -85,6 +90,9 @@ class SavePlan:
         else:
             resolve = _base_resolver(options.base_dir, folder, files).resolve
             external = Mode.INLINE if location is None else Mode.MOVE
+        self.casts = casts or {}
+        if self.casts:
+            resolve = _casting(resolve, self.casts)
         self.plan = plan_tensors(
             iter_tensors(model),
             resolve,
@@ -170,7 +178,7 @@ class SavePlan:
             subs[ref.site.path] = Spliced(strip_raw_data(ref.site.tensor), ref)
         return subs
 
-    def write(self, *, mutate: bool = False, progress=None) -> int:
+    def write(self, *, mutate: bool = False, progress=None, drop_behind: bool | None = None) -> int:
         """Write the weights file (when any tensor goes there) and the ``.onnx``, atomically.
 
         Args:
@@ -178,6 +186,8 @@ class SavePlan:
                 the new weights file, once everything is written.
             progress: ``progress(done_bytes, total_bytes)`` while the weights
                 are written (called once with ``(0, 0)`` when there are none).
+            drop_behind: drop the copied ranges from the page cache (None: when
+                they exceed the memory available; see ``WeightsFiles.write``).
 
         Returns:
             The size of the weights file (0 when none was written).
@@ -186,7 +196,9 @@ class SavePlan:
         with AtomicFiles(durable=self.options.durable) as files:
             files.reserve(self.targets)
             if self.weights is not None:
-                size = self.weights.write(files, self.files, self.threads, progress=progress)
+                size = self.weights.write(
+                    files, self.files, self.threads, progress=progress, drop_behind=drop_behind
+                )
             elif progress is not None:
                 progress(0, 0)
             finish(files, [(self.path, self.model, self.substitutions())], self.files)
@@ -216,6 +228,22 @@ def _keep(resolver: Resolver, site, hint: str = _KEEP_HINT) -> TensorRef:
         if e.reason != OUTSIDE:
             raise
         raise ExternalDataError(f"{e}{hint}") from None
+
+
+def _casting(resolve, casts: dict):
+    """``resolve``, but a tensor of ``casts`` is checked as the source has it (its
+    source dtype) and its reference carries the conversion."""
+
+    def resolve_cast(site: TensorSite) -> TensorRef:
+        cast = casts.get(site.path)
+        if cast is None:
+            return resolve(site)
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(site.tensor)  # metadata: an external tensor holds no bytes
+        tensor.data_type = cast.conversion.src
+        return replace(resolve(TensorSite(tensor, site.path)), cast=cast)
+
+    return resolve_cast
 
 
 def _base_resolver(base_dir, folder: str, files: SourceFiles) -> Resolver:

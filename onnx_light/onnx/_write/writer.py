@@ -5,7 +5,8 @@ the copy engine, in the kernel; bytes held in memory (``raw_data``) are written
 by ``num_threads`` writers at their planned offsets. At most
 :data:`IN_FLIGHT_BYTES` of raw data are copied out of the model at once (or a
 single tensor, when it is larger), so memory grows by at most the largest
-tensor + 64 MiB.
+tensor + 64 MiB. Bytes that change dtype on the way are read, converted and
+written in chunks (``_write/cast.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .._plan.layout import Layout
 from .._plan.planner import Item
 from .._read.sources import SourceFiles
 from .._system.files import preallocate
+from .cast import write_casts
 from .copy import CopyEngine, pwrite_all
 from .fs import CopyPolicy, copy_policy
 from .runs import BATCH_BYTES, Run, Scratch, copy_batch, copy_run, groups, runs
@@ -33,6 +35,7 @@ PREALLOCATE_BYTES = 1024 * 1024
 # a 4 GiB one runs either faster or 3x slower (make bench, the align4 rows), and
 # 1.1x steadily without it.
 PREALLOCATE_MAX = 2 * 1024**3
+CAST_THREADS = min(4, os.cpu_count() or 1)  # the cast is CPU-bound: one per core, up to 4
 
 
 def _write_raw(fd: int, item: Item, offset: int) -> int:
@@ -138,10 +141,13 @@ def write_weights(
     """
     unique = [(items[i], layout.offsets[i]) for i in layout.unique]
     total = sum(item.size for item, _ in unique)
+    casts = [(item, offset) for item, offset in unique if item.cast is not None]
+    if casts:
+        unique = [(item, offset) for item, offset in unique if item.cast is None]
     file_runs = runs(unique)
     memory = [(item, offset) for item, offset in unique if item.ref is None]
     policy = copy_policy(fd)
-    _preallocate(fd, layout.total, file_runs, memory, policy)
+    _preallocate(fd, layout.total, file_runs, memory + casts, policy)
     scratch = None
     with CopyEngine(chunk_size, progress, total, policy, drop_behind) as engine:
         for group in groups(file_runs, policy, chunk_size):
@@ -153,6 +159,7 @@ def write_weights(
                     scratch = Scratch(min(BATCH_BYTES, chunk_size))
                 copy_batch(engine, src, fd, group, scratch)
         _write_memory(fd, memory, threads, engine.advance)
+        write_casts(fd, casts, files, engine.advance, CAST_THREADS)
     _set_size(fd, layout.total)
     if progress is not None and total == 0:
         progress(0, 0)

@@ -1,0 +1,304 @@
+"""The bytes follow the dtype: save_edited converts external bytes a graph tool retyped.
+
+A model loaded without its weights, its external tensors given another
+``data_type`` (what a float16 converter does), is saved with the bytes
+converted while they stream: float32 -> float16 / bfloat16, float16 / bfloat16
+-> float32, float64 -> float32, each as numpy (or ml_dtypes) casts, bit for bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnx.numpy_helper as onh
+import pytest
+
+import onnx_light.onnx as onnxl
+from onnx_light.onnx._plan.cast import BFLOAT16, DOUBLE, FLOAT, FLOAT16, Conversion
+from onnx_light.onnx._write import cast as cast_module
+from onnx_light.onnx._write.cast import convert
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+EDGES32 = np.array(
+    [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        np.nan,
+        -np.nan,
+        np.inf,
+        -np.inf,
+        65504.0,
+        65519.996,
+        65520.0,
+        -65520.0,
+        1e30,
+        -1e30,
+        3.4028235e38,
+        5.96e-08,
+        2.98e-08,
+        2.9802322e-08,  # half the smallest float16 subnormal: a tie, to 0
+        1e-9,
+        -1e-9,
+        1e-45,  # a float32 subnormal
+        6.1e-05,
+        1.0009765625,  # 1 + 2**-10: float16 exact
+        1.00048828125,  # a tie in float16: to even
+        1.00390625,  # 1 + 2**-8: bfloat16 exact
+        1.001953125,  # a tie in bfloat16: to even
+    ],
+    dtype=np.float32,
+)
+PAYLOADS = np.array([0x7FC00001, 0xFFC12345, 0x7F800001, 0x7FBFFFFF], dtype=np.uint32).view(
+    np.float32
+)  # NaNs with payloads, quiet and signalling
+
+
+def _edges32() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    scale = rng.choice(np.float32([1e-9, 1e-6, 1e-3, 1, 1e3, 1e5, 1e38]), 4096)
+    noise = (rng.standard_normal(4096) * scale).astype(np.float32)
+    return np.concatenate([EDGES32, PAYLOADS, noise])
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.view(f"u{a.dtype.itemsize}")
+
+
+@pytest.mark.parametrize(
+    "src, dst, reference",
+    [
+        (FLOAT, FLOAT16, lambda x: x.astype(np.float16)),
+        (FLOAT, BFLOAT16, lambda x: x.astype(ml_dtypes.bfloat16)),
+        (DOUBLE, FLOAT, lambda x: x.astype(np.float64).astype(np.float32)),
+    ],
+)
+def test_each_conversion_is_the_library_cast_bit_for_bit(src, dst, reference):
+    values = _edges32()
+    data = values.astype(np.float64).tobytes() if src == DOUBLE else values.tobytes()
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = np.asarray(reference(values))
+        out, clipped = convert(data, Conversion(src, dst))
+    if dst == BFLOAT16:
+        out = out.view(ml_dtypes.bfloat16)
+    assert clipped == 0
+    nan = np.isnan(values)
+    assert np.array_equal(_bits(out)[~nan], _bits(expected)[~nan])
+    assert np.isnan(out.astype(np.float32)[nan]).all()  # NaN stays NaN
+    assert np.array_equal(np.signbit(out.astype(np.float32)), np.signbit(values))
+
+
+def test_widening_is_exact():
+    half = _edges32().astype(np.float16)
+    out, _ = convert(half.tobytes(), Conversion(FLOAT16, FLOAT))
+    assert np.array_equal(_bits(out), _bits(half.astype(np.float32)))
+    brain = _edges32().astype(ml_dtypes.bfloat16)
+    out, _ = convert(brain.tobytes(), Conversion(BFLOAT16, FLOAT))
+    assert np.array_equal(_bits(out), _bits(brain.astype(np.float32)))
+
+
+def test_clipping_is_onnxruntimes_bit_for_bit():
+    float16 = pytest.importorskip("onnxruntime.transformers.float16")
+    values = _edges32()
+    expected = float16.convert_np_to_float16(values.copy(), 5.96e-08, 65504.0)
+    out, clipped = convert(
+        bytearray(values.tobytes()), Conversion(FLOAT, FLOAT16, 5.96e-08, 65504.0)
+    )
+    assert np.array_equal(_bits(out), _bits(expected))
+    magnitude = np.abs(values)
+    changed = ((magnitude > 0) & (magnitude < np.float32(5.96e-08))) | (
+        (magnitude > 65504) & np.isfinite(magnitude)
+    )
+    assert clipped == int(changed.sum()) > 0
+    assert not np.isinf(out[np.isfinite(values)]).any()  # nothing finite overflowed
+
+
+# -- save_edited ---------------------------------------------------------------------
+
+
+def _model(folder, weights: dict[str, np.ndarray]) -> str:
+    """Y = X @ W + B (float32, external), saved with every tensor in src.data."""
+    W, B = weights["W"], weights["B"]
+    dtype = oh.np_dtype_to_tensor_dtype(W.dtype)
+    graph = oh.make_graph(
+        [oh.make_node("MatMul", ["X", "W"], ["XW"]), oh.make_node("Add", ["XW", "B"], ["Y"])],
+        "g",
+        [oh.make_tensor_value_info("X", dtype, [2, W.shape[0]])],
+        [oh.make_tensor_value_info("Y", dtype, [2, W.shape[1]])],
+        [onh.from_array(W, "W"), onh.from_array(B, "B")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    path = os.path.join(folder, "src.onnx")
+    onnx.save(model, path, save_as_external_data=True, location="src.data", size_threshold=0)
+    return path
+
+
+def _retyped(path: str, data_type: int, names=("W", "B")) -> onnx.ModelProto:
+    model = onnxl.load(path, load_external_data=False, skip_raw_data=True)
+    for t in model.graph.initializer:
+        if t.name in names:
+            t.data_type = data_type
+    for v in (*model.graph.input, *model.graph.output):
+        v.type.tensor_type.elem_type = data_type
+    return model
+
+
+def _digest(folder) -> dict[str, str]:
+    """sha256 of each file of ``folder`` (subfolders left out)."""
+    digests = {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                digests[name] = hashlib.sha256(f.read()).hexdigest()
+    return digests
+
+
+@pytest.fixture
+def weights():
+    rng = np.random.default_rng(1)
+    W = rng.standard_normal((64, 48)).astype(np.float32)
+    W.flat[:8] = EDGES32[:8]
+    return {"W": W, "B": rng.standard_normal(48).astype(np.float32)}
+
+
+def test_float32_weights_follow_a_float16_graph(tmp_path, weights):
+    ort = pytest.importorskip("onnxruntime")
+    src = _model(tmp_path, weights)
+    before = _digest(tmp_path)
+    edited = _retyped(src, onnx.TensorProto.FLOAT16)
+    out = tmp_path / "out"
+    out.mkdir()
+    size = onnxl.save_edited(edited, src, out / "m16.onnx")
+    assert {k: v for k, v in _digest(tmp_path).items() if k != "out"} == before  # untouched
+    model = onnx.load(out / "m16.onnx")
+    for name, array in weights.items():
+        tensor = next(t for t in model.graph.initializer if t.name == name)
+        assert tensor.data_type == onnx.TensorProto.FLOAT16
+        with np.errstate(over="ignore"):
+            assert np.array_equal(_bits(onh.to_array(tensor)), _bits(array.astype(np.float16)))
+    loaded = onnx.load(out / "m16.onnx", load_external_data=False)
+    for t in loaded.graph.initializer:
+        assert int(dict((e.key, e.value) for e in t.external_data)["offset"]) % 4096 == 0
+    assert size == os.path.getsize(out / "m16.onnx.data")
+    onnx.checker.check_model(str(out / "m16.onnx"))
+    x = np.random.default_rng(2).standard_normal((2, 64)).astype(np.float16)
+    got = ort.InferenceSession(str(out / "m16.onnx")).run(None, {"X": x})[0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = x.astype(np.float32) @ weights["W"].astype(np.float16).astype(np.float32)
+    assert got.shape == (2, 48) and np.isnan(got).any() == np.isnan(expected).any()
+
+
+@pytest.mark.parametrize(
+    "dtype, to, reference",
+    [
+        (np.float32, onnx.TensorProto.BFLOAT16, lambda a: a.astype(ml_dtypes.bfloat16)),
+        (np.float16, onnx.TensorProto.FLOAT, lambda a: a.astype(np.float32)),
+        (np.float64, onnx.TensorProto.FLOAT, lambda a: a.astype(np.float32)),
+    ],
+)
+def test_other_conversions_through_save_edited(tmp_path, dtype, to, reference):
+    rng = np.random.default_rng(3)
+    arrays = {
+        "W": rng.standard_normal((32, 16)).astype(dtype),
+        "B": rng.standard_normal(16).astype(dtype),
+    }
+    src = _model(tmp_path, arrays)
+    onnxl.save_edited(_retyped(src, to), src, tmp_path / "dst.onnx")
+    model = onnx.load(tmp_path / "dst.onnx")
+    for name, array in arrays.items():
+        tensor = next(t for t in model.graph.initializer if t.name == name)
+        assert tensor.data_type == to
+        assert np.array_equal(_bits(onh.to_array(tensor)), _bits(reference(array)))
+
+
+def test_a_tensor_spanning_many_chunks(tmp_path, monkeypatch):
+    """Chunks cut at whole values, written at the right offsets, on several threads."""
+    monkeypatch.setattr(cast_module, "CAST_CHUNK", 4096 + 4)  # not a power of two
+    rng = np.random.default_rng(4)
+    arrays = {"W": rng.standard_normal((301, 77)).astype(np.float32), "B": np.ones(77, np.float32)}
+    src = _model(tmp_path, arrays)
+    onnxl.save_edited(_retyped(src, onnx.TensorProto.FLOAT16), src, tmp_path / "dst.onnx")
+    tensor = onnx.load(tmp_path / "dst.onnx").graph.initializer[0]
+    assert np.array_equal(_bits(onh.to_array(tensor)), _bits(arrays["W"].astype(np.float16)))
+
+
+def test_one_range_read_as_two_dtypes_is_written_twice(tmp_path, weights):
+    """Two tensors on one source range: retyped, one converted copy; one retyped and one
+    not, a copy of each."""
+    src = _model(tmp_path, weights)
+    model = onnxl.load(src, load_external_data=False, skip_raw_data=True)
+    twin = model.graph.initializer.add()
+    twin.CopyFrom(model.graph.initializer[0])
+    twin.name = "W2"
+    model.graph.node.append(oh.make_node("Identity", ["W2"], ["W2out"]))
+    model.graph.output.append(oh.make_tensor_value_info("W2out", onnx.TensorProto.FLOAT, [64, 48]))
+    model.graph.initializer[0].data_type = onnx.TensorProto.FLOAT16
+    onnxl.save_edited(model, src, tmp_path / "mixed.onnx")
+    saved = {t.name: t for t in onnx.load(tmp_path / "mixed.onnx").graph.initializer}
+    assert np.array_equal(_bits(onh.to_array(saved["W2"])), _bits(weights["W"]))
+    with np.errstate(over="ignore"):
+        assert np.array_equal(
+            _bits(onh.to_array(saved["W"])), _bits(weights["W"].astype(np.float16))
+        )
+    twin.data_type = onnx.TensorProto.FLOAT16
+    size = onnxl.save_edited(model, src, tmp_path / "both.onnx")
+    assert size == 4096 * 2 + 48 * 4  # W and W2 share one float16 copy (6144 bytes, padded)
+
+
+def test_sharing_writes_converted_tensors_as_new_bytes(tmp_path, weights):
+    src = _model(tmp_path, weights)
+    before = _digest(tmp_path)
+    model = _retyped(src, onnx.TensorProto.FLOAT16, names=("W",))
+    model.graph.node[0].output[0] = "XW16"
+    model.graph.node.insert(1, oh.make_node("Cast", ["XW16"], ["XW"], to=onnx.TensorProto.FLOAT))
+    model.graph.output[0].type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    onnxl.save_edited(model, src, tmp_path / "variant.onnx", share_weights=True)
+    loaded = onnx.load(tmp_path / "variant.onnx", load_external_data=False)
+    where = {
+        t.name: dict((e.key, e.value) for e in t.external_data)["location"]
+        for t in loaded.graph.initializer
+    }
+    assert where == {"W": "variant.onnx.data", "B": "src.data"}
+    assert {k: v for k, v in _digest(tmp_path).items() if k in before} == before
+    everything = _retyped(src, onnx.TensorProto.FLOAT16)
+    with pytest.raises(ValueError, match="change dtype"):
+        onnxl.save_edited(everything, src, tmp_path / "nothing.onnx", share_weights=True)
+    assert not (tmp_path / "nothing.onnx").exists()
+
+
+def test_a_dtype_the_bytes_cannot_take_is_refused_naming_the_tensor(tmp_path, weights):
+    src = _model(tmp_path, weights)
+    model = _retyped(src, onnx.TensorProto.INT16, names=("W",))
+    with pytest.raises(onnxl.ExternalDataError, match=r"'W'.*FLOAT bytes.*as INT16"):
+        onnxl.save_edited(model, src, tmp_path / "bad.onnx")
+    model = _retyped(src, onnx.TensorProto.FLOAT16, names=("W",))
+    model.graph.initializer[0].dims[0] = 63  # fits neither dtype x dims
+    with pytest.raises(onnxl.ExternalDataError, match=r"'W'.*does not match"):
+        onnxl.save_edited(model, src, tmp_path / "bad.onnx")
+    assert not (tmp_path / "bad.onnx").exists()
+
+
+def test_a_truncated_source_fails_before_anything_is_written(tmp_path, weights):
+    src = _model(tmp_path, weights)
+    model = _retyped(src, onnx.TensorProto.FLOAT16)
+    os.truncate(tmp_path / "src.data", os.path.getsize(tmp_path / "src.data") - 4)
+    with pytest.raises(onnxl.ExternalDataError, match="'B'"):
+        onnxl.save_edited(model, src, tmp_path / "dst.onnx")
+    assert sorted(os.listdir(tmp_path)) == ["src.data", "src.onnx"]
+
+
+def test_inline_tensors_the_tool_converted_stay_as_written(tmp_path, weights):
+    src = _model(tmp_path, weights)
+    model = _retyped(src, onnx.TensorProto.FLOAT16)
+    small = onh.from_array(np.float16([1.5, -2.25]), "S")
+    model.graph.initializer.append(small)
+    onnxl.save_edited(model, src, tmp_path / "dst.onnx")
+    saved = {t.name: t for t in onnx.load(tmp_path / "dst.onnx").graph.initializer}
+    assert saved["S"].raw_data == small.raw_data
