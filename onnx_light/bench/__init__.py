@@ -14,8 +14,17 @@
 - ``onnx_light.bench.cache``: files dropped from the page cache;
 - ``onnx_light.bench.compare``: a ranking stated only when it holds
   beyond the spread of the rounds;
-- ``onnx_light.bench.figures``: one-picture summaries for the gallery;
-- ``onnx_light.bench.machine``: which machine a measurement was made on.
+- ``onnx_light.bench.figures``: one-picture summaries for the gallery, and
+  medians of rounds side by side;
+- ``onnx_light.bench.machine``: which machine a measurement was made on;
+- ``onnx_light.bench.sizes``: the full size of a measurement, or a quick one
+  under ``UNITTEST_GOING=1``;
+- ``onnx_light.bench.folders``: a destination emptied before each run, the
+  bytes on disk, the digests that show a file was not touched;
+- ``onnx_light.bench.places``: where each weight of a model lies (file,
+  offset, length), from the ``.onnx`` alone;
+- ``onnx_light.bench.command``: the ``onnx-light`` command run and shown as
+  a reader would type it.
 
 Only ``onnx_light.bench.models`` needs nothing beyond the core
 dependencies; all work on Linux (``/proc``) and degrade elsewhere.
@@ -24,7 +33,8 @@ dependencies; all work on Linux (``/proc``) and degrade elsewhere.
 from .cache import evict
 from .command import show_command
 from .compare import Comparison, compare
-from .figures import summary_bars
+from .figures import median_bars, summary_bars
+from .folders import empty_folder, file_digests, mib_on_disk
 from .machine import describe_machine
 from .memory import PeakMemory, measure_peak, release_free_memory
 from .models import (
@@ -34,7 +44,9 @@ from .models import (
     model_inputs,
     weights_nbytes,
 )
+from .places import tensor_places
 from .rounds import Rounds, Run, default_rounds, hold_free_pages, measure_rounds, prime, warm
+from .sizes import quick_run, sized
 from .status import read_status
 from .timeline import RssTimeline, Sample
 
@@ -49,18 +61,25 @@ __all__ = [
     "compare",
     "default_rounds",
     "describe_machine",
+    "empty_folder",
     "evict",
+    "file_digests",
     "hold_free_pages",
     "make_forest_model",
     "make_gemm_model",
     "make_many_tensors_model",
     "measure_peak",
     "measure_rounds",
+    "median_bars",
+    "mib_on_disk",
     "model_inputs",
     "prime",
+    "quick_run",
     "read_status",
     "release_free_memory",
+    "sized",
     "summary_bars",
+    "tensor_places",
     "warm",
     "weights_nbytes",
 ]

@@ -1,9 +1,20 @@
-"""One-picture summaries for the gallery: a few bars, each with its value written on it."""
+"""Bars for the gallery: medians of rounds, their min-max, each value written on its bar."""
 
 from __future__ import annotations
 
 import statistics
+import textwrap
 from collections.abc import Mapping, Sequence
+
+__all__ = ["median_bars", "summary_bars"]
+
+
+def _spread(rounds: Sequence[Sequence[float]]) -> tuple[list[float], list[list[float]]]:
+    """Medians, and the distances down to each minimum and up to each maximum."""
+    mids = [statistics.median(r) for r in rounds]
+    low = [m - min(r) for m, r in zip(mids, rounds)]
+    high = [max(r) - m for m, r in zip(mids, rounds)]
+    return mids, [low, high]
 
 
 def summary_bars(
@@ -37,11 +48,7 @@ def summary_bars(
 
     if isinstance(values, Mapping):
         rounds = [list(values[label]) for label in labels]
-        mids = [statistics.median(r) for r in rounds]
-        err = [
-            [m - min(r) for m, r in zip(mids, rounds)],
-            [max(r) - m for m, r in zip(mids, rounds)],
-        ]
+        mids, err = _spread(rounds)
         texts = [f"{m:.3g} {unit}" for m in mids]  # the spread is the line, not more text
         top_value = max(max(r) for r in rounds)
     else:
@@ -69,3 +76,54 @@ def summary_bars(
         ax.legend(fontsize=11, loc="lower right")
     fig.tight_layout()
     return fig
+
+
+def median_bars(
+    ax,
+    values: Mapping[str, Sequence[float]],
+    unit: str,
+    title: str,
+    colors: Sequence[str] | None = None,
+):
+    """On ``ax``, a vertical bar per label: the median of its rounds, a line over their min-max.
+
+    One panel of a figure that puts several measures side by side (time,
+    peak memory, bytes written); each bar's median and ``unit`` are written
+    above its line, long labels are wrapped.
+
+    Args:
+        ax: a matplotlib ``Axes``.
+        values: ``{label: rounds}``, left to right (a single value is a
+            list of one).
+        unit: what the values count, after each value and on the axis.
+        title: the panel's title.
+        colors: one per label (None: matplotlib's colour cycle).
+
+    Returns:
+        The bars (a matplotlib ``BarContainer``).
+
+    Raises:
+        ValueError: a label has no value.
+    """
+    if not all(values.values()):
+        raise ValueError("median_bars needs at least one value per label")
+    mids, err = _spread([list(v) for v in values.values()])
+    labels = [textwrap.fill(label, 18, break_on_hyphens=False) for label in values]
+    colors = list(colors) if colors else [f"C{i % 10}" for i in range(len(labels))]
+    bars = ax.bar(labels, mids, yerr=err, capsize=4, color=colors)
+    for bar, m, high in zip(bars, mids, err[1]):  # above the min-max line, which cannot hide it
+        x = bar.get_x() + bar.get_width() / 2
+        ax.annotate(
+            f"{m:.3g} {unit}",
+            (x, m + high),
+            (0, 2),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    ax.margins(y=0.15)
+    ax.set_ylabel(f"{unit} (median, line: min-max)")
+    ax.set_title(title)
+    ax.tick_params(axis="x", labelsize=8)
+    return bars

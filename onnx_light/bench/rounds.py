@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from .compare import Comparison, compare
 from .memory import PeakMemory
+from .sizes import quick_run
 from .timeline import RssTimeline, Sample
 
 MiB = 2**20
@@ -50,7 +51,7 @@ def default_rounds() -> int:
     Five rounds give a spread a ranking can be tested against (a ranking
     needs at least 3 rounds of each, see :func:`~onnx_light.bench.compare`).
     """
-    return 1 if os.environ.get("UNITTEST_GOING", "0") == "1" else 5
+    return 1 if quick_run() else 5
 
 
 def warm(paths: Iterable[str], chunk: int = 8 * MiB) -> int:
