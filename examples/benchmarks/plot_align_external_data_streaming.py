@@ -35,36 +35,37 @@ import os
 import shutil
 import tempfile
 import tracemalloc
+from pathlib import Path
 
 import matplotlib.pyplot as plt
-import numpy as np
 import onnx
 import pandas
 
 import onnx_light.onnx as onnxl
-import onnx_light.onnx.numpy_helper as onh
 from onnx_light.bench import (
     PeakMemory,
     describe_machine,
+    empty_folder,
     make_gemm_model,
     measure_rounds,
+    median_bars,
+    quick_run,
+    sized,
     summary_bars,
+    tensor_places,
     weights_nbytes,
 )
 
-SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
-N_WEIGHTS, DIM = (8, 256) if SMALL else (24, 1024)
+N_WEIGHTS, DIM = sized((24, 1024), quick=(8, 256))
 ALIGNMENT = 4096
 MiB = 2**20
 
 folder = tempfile.mkdtemp(prefix="onnx-light-align-")
 src = os.path.join(folder, "model.onnx")
 
-model = make_gemm_model(N_WEIGHTS, DIM)
 # Real models mix tensor sizes: a table of 1,000 int64 ids (8,000 bytes, not a
 # multiple of 4096) placed first shifts every following weight off the page.
-ids = onh.from_array(np.arange(1000, dtype=np.int64), "class_ids")
-model.graph.initializer.insert(0, ids)
+model = make_gemm_model(N_WEIGHTS, DIM, lead_table=8000)
 onnx.save_model(model, src, save_as_external_data=True, location="model.onnx.data")
 del model
 gc.collect()
@@ -79,50 +80,28 @@ print(
 # Where do the tensors start? :func:`onnx.save_model` packs them one after
 # the other, so once the 8,000-byte table is written no weight starts on a
 # page boundary any more: ``offset % 4096`` is not 0.
+# :func:`onnx_light.bench.tensor_places` reads each tensor's file, offset and
+# length from the ``.onnx`` alone.
 
-meta = onnxl.load(src, load_external_data=False)
-
-
-def placement(model: onnx.ModelProto) -> pandas.DataFrame:
-    """Name, offset and length of every external initializer."""
-    rows = []
-    for init in model.graph.initializer:
-        entries = {e.key: e.value for e in init.external_data}
-        if entries:
-            offset, length = int(entries.get("offset", 0)), int(entries["length"])
-            rows.append(
-                dict(
-                    name=init.name,
-                    location=entries["location"],
-                    offset=offset,
-                    length=length,
-                    offset_mod_4096=offset % ALIGNMENT,
-                )
-            )
-    return pandas.DataFrame(rows)
-
-
-placement(meta).set_index("name").head(6).rename(
-    columns={"offset": "offset (bytes)", "length": "length (bytes)"}
-)
+p_src = tensor_places(src)
+p_src.assign(offset_mod_4096=p_src.offset % ALIGNMENT).set_index("name").head(6)
 
 # %%
 # The two approaches
 # ------------------
 #
-# Each function writes an aligned copy of the model under its own name, its
-# weights in a file beside it (a path built with :func:`os.path.join`, as the
-# model's). The in-memory one loads every weight (``load_external_data=True``
-# is the default) and saves with ``ModelProto.SerializeToFile(path, options,
-# weights_path)``, which means ``onnxl.save(model, path, location=weights_path,
-# options=options)``; the streaming one never loads a weight.
+# Each function writes an aligned copy of the model under its own name in
+# ``out/``, its weights in a file beside it (a path built with
+# :func:`os.path.join`, as the model's). The in-memory one loads every
+# weight (``load_external_data=True`` is the default) and saves with
+# ``ModelProto.SerializeToFile(path, options, weights_path)``, which means
+# ``onnxl.save(model, path, location=weights_path, options=options)``; the
+# streaming one never loads a weight.
 
 
 def in_memory(dst: str) -> None:
     loaded = onnxl.load(src, load_external_data=True)
-    opts = onnxl.SerializeOptions()
-    opts.alignment = ALIGNMENT
-    loaded.SerializeToFile(dst, opts, dst + ".data")
+    loaded.SerializeToFile(dst, onnxl.SerializeOptions(alignment=ALIGNMENT), dst + ".data")
 
 
 def streaming(dst: str) -> None:
@@ -154,24 +133,17 @@ def plain_copy(dst: str) -> None:
 
 
 approaches = {"in memory (load + save)": in_memory, "streaming": streaming}
-if not SMALL:
+if not quick_run():
     approaches["shutil.copyfile (reference)"] = plain_copy
-destinations = {
-    name: os.path.join(folder, f"{fn.__name__}.onnx") for name, fn in approaches.items()
+out = os.path.join(folder, "out")  # emptied before each run, as before a first save
+cases = {
+    name: lambda fn=fn: fn(os.path.join(out, f"{fn.__name__}.onnx"))
+    for name, fn in approaches.items()
 }
-
-
-def remove_output(name: str) -> None:
-    """Before each run: the destination does not exist yet, as in a first save."""
-    for path in (destinations[name], destinations[name] + ".data"):
-        if os.path.exists(path):
-            os.remove(path)
-
-
 rounds = measure_rounds(
-    {name: lambda fn=fn, dst=destinations[name]: fn(dst) for name, fn in approaches.items()},
+    cases,
     warm_files=[src, src_data],
-    before=remove_output,
+    before=lambda _name: empty_folder(out),
     prime_bytes=2 * weights_nbytes(N_WEIGHTS, DIM),
 )
 table = pandas.DataFrame(rounds.summary()).set_index("operation")
@@ -185,14 +157,14 @@ table.round(3)
 # slow them down.
 
 curves = measure_rounds(
-    {name: lambda fn=fn, dst=destinations[name]: fn(dst) for name, fn in approaches.items()},
+    cases,
     rounds=1,
     warm_files=[src, src_data],
-    before=remove_output,
+    before=lambda _name: empty_folder(out),
     timeline=True,
 )
-for name in approaches:  # the outputs the checks below read
-    approaches[name](destinations[name])
+for case in cases.values():  # the outputs the checks below read
+    case()
 
 # %%
 # Why not tracemalloc?
@@ -220,35 +192,20 @@ print(f"in memory, the kernel's peak  : {peak.growth / MiB:8.1f} MiB")
 # layout: every offset a multiple of 4096, the same lengths, the same bytes,
 # and these bytes equal to the source's.
 
-aligned_stream = onnxl.load(os.path.join(folder, "streaming.onnx"), load_external_data=False)
-aligned_memory = onnxl.load(os.path.join(folder, "in_memory.onnx"), load_external_data=False)
-p_stream, p_memory, p_src = placement(aligned_stream), placement(aligned_memory), placement(meta)
+p_stream = tensor_places(os.path.join(out, "streaming.onnx"))
+p_memory = tensor_places(os.path.join(out, "in_memory.onnx"))
 assert (p_stream.offset % ALIGNMENT == 0).all(), "streaming: unaligned offset"
 assert (p_memory.offset % ALIGNMENT == 0).all(), "in memory: unaligned offset"
 assert p_stream.length.tolist() == p_memory.length.tolist() == p_src.length.tolist()
 assert p_stream.offset.tolist() == p_memory.offset.tolist()
-
-
-def payload(path: str, offset: int, length: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return f.read(length)
-
-
-for s, m, o in zip(p_stream.itertuples(), p_memory.itertuples(), p_src.itertuples(), strict=True):
-    a = payload(os.path.join(folder, s.location), s.offset, s.length)
-    b = payload(os.path.join(folder, m.location), m.offset, m.length)
-    c = payload(os.path.join(folder, o.location), o.offset, o.length)
-    assert a == b == c, f"tensor {s.name}: bytes differ"
-with (
-    open(os.path.join(folder, "streaming.onnx.data"), "rb") as fa,
-    open(os.path.join(folder, "in_memory.onnx.data"), "rb") as fb,
-):
-    assert fa.read() == fb.read(), "the two weights files differ"
+stream_bytes = Path(out, "streaming.onnx.data").read_bytes()
+assert Path(out, "in_memory.onnx.data").read_bytes() == stream_bytes, "the weights files differ"
+source_bytes = Path(src_data).read_bytes()
+for s, o in zip(p_stream.itertuples(), p_src.itertuples(), strict=True):
+    copied = stream_bytes[s.offset : s.offset + s.length]
+    assert copied == source_bytes[o.offset : o.offset + o.length], f"tensor {s.name}: bytes differ"
 print(f"{len(p_stream)} tensors: offsets aligned to {ALIGNMENT}, lengths and bytes equal")
-placement(aligned_stream).set_index("name").head(6).rename(
-    columns={"offset": "offset (bytes)", "length": "length (bytes)"}
-)
+p_stream.set_index("name").head(6)
 
 # %%
 # Time and peak memory
@@ -299,28 +256,13 @@ colors = {
     "streaming": "#2ca02c",
     "shutil.copyfile (reference)": "#7f7f7f",
 }
+names, palette = rounds.names, [colors[n] for n in rounds.names]
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-names = rounds.names
-labels = [n.replace(" (", "\n(") for n in names]
-for ax, values, unit, title in (
-    (axes[0], [rounds.seconds(n) for n in names], "s", "wall time"),
-    (axes[1], [rounds.peaks(n) for n in names], "MiB", "peak RSS growth"),
-):
-    mids = [float(np.median(v)) for v in values]
-    spread = [
-        [m - min(v) for m, v in zip(mids, values)],
-        [max(v) - m for m, v in zip(mids, values)],
-    ]
-    bars = ax.bar(labels, mids, yerr=spread, capsize=4, color=[colors[n] for n in names])
-    ax.bar_label(bars, fmt="%.3g " + unit, fontsize=8, padding=2)
-    ax.set_ylabel(f"{unit} (median, line: min-max)")
-    ax.set_title(title)
-    ax.tick_params(axis="x", labelsize=8)
+median_bars(axes[0], {n: rounds.seconds(n) for n in names}, "s", "wall time", palette)
+median_bars(axes[1], {n: rounds.peaks(n) for n in names}, "MiB", "peak RSS growth", palette)
 axes[1].axhline(weights, color="black", ls="--", lw=1, label="model weights")
 axes[1].legend(loc="upper right")
-fig.suptitle(
-    f"Re-align {weights:.0f} MiB of weights to {ALIGNMENT}, {len(rounds.seconds(names[0]))} rounds"
-)
+fig.suptitle(f"Re-align {weights:.0f} MiB to {ALIGNMENT}, {len(rounds.seconds(names[0]))} rounds")
 fig.tight_layout()
 
 # %%
@@ -367,7 +309,7 @@ onnxl.align_external_data_streaming(
     alignment=ALIGNMENT,
     max_shard_size=int(limit),
 )
-sharded = placement(onnxl.load(os.path.join(folder, "sharded.onnx"), load_external_data=False))
+sharded = tensor_places(os.path.join(folder, "sharded.onnx"))
 shards = sharded.groupby("location").agg(tensors=("name", "count"), bytes=("length", "sum"))
 for name in shards.index:  # each shard within the limit, unless one tensor alone is larger
     size = os.path.getsize(os.path.join(folder, name))

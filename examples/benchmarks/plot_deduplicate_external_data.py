@@ -40,15 +40,18 @@ from onnx_ir.passes.common import DeduplicateInitializersPass
 import onnx_light.onnx as onnxl
 from onnx_light.bench import (
     describe_machine,
+    empty_folder,
     make_gemm_model,
     measure_rounds,
+    median_bars,
+    mib_on_disk,
     model_inputs,
+    sized,
     summary_bars,
     weights_nbytes,
 )
 
-SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
-N_WEIGHTS, DIM = (4, 128) if SMALL else (16, 1024)
+N_WEIGHTS, DIM = sized((16, 1024), quick=(4, 128))
 MiB = 2**20
 
 folder = tempfile.mkdtemp(prefix="onnx-light-dedup-")
@@ -69,14 +72,7 @@ for name, model in zip(names, [encoder, decoder, decoder], strict=True):
     )
 del encoder, decoder, copy
 sources = [os.path.join(export, f"{name}.onnx") for name in names]
-
-
-def on_disk(path: str) -> float:
-    """MiB of every file of a folder."""
-    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)) / MiB
-
-
-print(f"{len(names)} models, {on_disk(export):.1f} MiB on disk")
+print(f"{len(names)} models, {mib_on_disk(export):.1f} MiB on disk")
 
 # %%
 # Deduplicate
@@ -131,14 +127,8 @@ print("same outputs, checker passes, for", ", ".join(names))
 # across models, so each model keeps its own file. A plain copy of the
 # export gives the time of moving the bytes at all. Each way runs in a
 # process of its own, in interleaved rounds
-# (:func:`onnx_light.bench.measure_rounds`).
-
-
-def fresh(name: str) -> str:
-    out = os.path.join(folder, name)
-    shutil.rmtree(out, ignore_errors=True)
-    os.mkdir(out)
-    return out
+# (:func:`onnx_light.bench.measure_rounds`), into a folder of its own
+# emptied before each run (:func:`onnx_light.bench.empty_folder`).
 
 
 def with_onnx_light() -> None:
@@ -164,19 +154,18 @@ ways = {
     "onnx-ir DeduplicateInitializersPass": with_onnx_ir,
     "copy of the export (shutil)": plain_copy,
 }
-outputs = {"onnx-light deduplicate": "onnx-light", "onnx-ir DeduplicateInitializersPass": "onnx-ir"}
-outputs["copy of the export (shutil)"] = "copy"
+outputs = dict(zip(ways, ["onnx-light", "onnx-ir", "copy"], strict=True))
 rounds = measure_rounds(
     ways,
     warm_files=[os.path.join(export, f) for f in os.listdir(export)],
-    before=lambda way: fresh(outputs[way]),
-    prime_bytes=int(on_disk(export) * MiB),
+    before=lambda way: empty_folder(os.path.join(folder, outputs[way])),
+    prime_bytes=int(mib_on_disk(export) * MiB),
 )
 for way, fn in ways.items():  # once more, to keep the files and measure them
-    fresh(outputs[way])
+    empty_folder(os.path.join(folder, outputs[way]))
     fn()
 table = pandas.DataFrame(rounds.summary()).set_index("operation")
-table["MiB on disk"] = [on_disk(os.path.join(folder, outputs[w])) for w in table.index]
+table["MiB on disk"] = [mib_on_disk(os.path.join(folder, outputs[w])) for w in table.index]
 table.round(3)
 
 # %%
@@ -191,9 +180,9 @@ light, irs = table.loc["onnx-light deduplicate"], table.loc["onnx-ir Deduplicate
 print(
     f"on disk: onnx-light {light['MiB on disk']:.1f} MiB (the distinct weights: {unique:.1f} MiB "
     f"and the small tensors), onnx-ir {irs['MiB on disk']:.1f} MiB, the export "
-    f"{on_disk(export):.1f} MiB"
+    f"{mib_on_disk(export):.1f} MiB"
 )
-assert light["MiB on disk"] < 0.7 * on_disk(export)
+assert light["MiB on disk"] < 0.7 * mib_on_disk(export)
 assert max(rounds.peaks("onnx-light deduplicate")) < 16, "the weights never enter the process"
 
 # %%
@@ -214,21 +203,9 @@ plt.show()
 # Time and peak memory, median of the rounds and their min-max:
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-labels = [w.replace(" ", "\n", 1) for w in rounds.names]
-for ax, values, unit, title in (
-    (axes[0], [rounds.seconds(w) for w in rounds.names], "s", "wall time"),
-    (axes[1], [rounds.peaks(w) for w in rounds.names], "MiB", "peak RSS growth"),
-):
-    mids = [float(np.median(v)) for v in values]
-    spread = [
-        [m - min(v) for m, v in zip(mids, values)],
-        [max(v) - m for m, v in zip(mids, values)],
-    ]
-    bars = ax.bar(labels, mids, yerr=spread, capsize=4, color=["#2ca02c", "#1f77b4", "#7f7f7f"])
-    ax.bar_label(bars, fmt="%.3g " + unit, fontsize=8, padding=2)
-    ax.set_ylabel(f"{unit} (median, line: min-max)")
-    ax.set_title(title)
-    ax.tick_params(axis="x", labelsize=8)
+palette = ["#2ca02c", "#1f77b4", "#7f7f7f"]
+median_bars(axes[0], {w: rounds.seconds(w) for w in rounds.names}, "s", "wall time", palette)
+median_bars(axes[1], {w: rounds.peaks(w) for w in rounds.names}, "MiB", "peak RSS growth", palette)
 fig.suptitle(f"Deduplicate three models of {weights_nbytes(N_WEIGHTS, DIM) / MiB:.0f} MiB each")
 fig.tight_layout()
 

@@ -53,17 +53,16 @@ import onnx_light.onnx as onnxl
 from onnx_light.bench import (
     compare,
     describe_machine,
+    empty_folder,
     make_gemm_model,
     measure_rounds,
+    sized,
     summary_bars,
     weights_nbytes,
 )
 
-SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
-DIM = 128 if SMALL else 1024
-COUNTS = [2, 8] if SMALL else [2, 8, 32]
-
-
+DIM = sized(1024, quick=128)
+COUNTS = sized([2, 8, 32], quick=[2, 8])  # weights of DIM x DIM float32 per model
 MiB = 2**20
 
 
@@ -131,23 +130,17 @@ begin_all = time.perf_counter()
 for n in COUNTS:
     size = weights_nbytes(n, DIM)
     folder = os.path.join(tmp.name, f"n{n}")
-    out = os.path.join(folder, "out")
-    os.makedirs(out)
+    out = empty_folder(os.path.join(folder, "out"))
     src = os.path.join(folder, "model.onnx")
     proto = make_gemm_model(n, DIM)
     source = onnx.ModelProto()
     source.CopyFrom(proto)  # onnx.save turns the tensors it is given into references
     onnx.save(source, src, save_as_external_data=True, location="model.onnx.data")
-
-    def empty_out(_name, out=out) -> None:
-        for f in os.listdir(out):
-            os.remove(os.path.join(out, f))
-
     ops = operations(src, out, proto)
     rounds = measure_rounds(
         {" | ".join(key): fn for key, fn in ops.items()},
         warm_files=[src, src + ".data"],
-        before=empty_out,
+        before=lambda _name, out=out: empty_folder(out),
         prime_bytes=size,
     )
     for operation, library in ops:
@@ -167,7 +160,7 @@ for n in COUNTS:
     # `proto` here, wrote the source itself)
     for (operation, library), fn in ops.items():
         if operation != "load" and (operation, library) != ("save", "onnx"):
-            empty_out(None)
+            empty_folder(out)
             fn()
             saved = onnx.load(f"{out}/m.onnx")
             assert [t.raw_data for t in saved.graph.initializer] == [
@@ -288,11 +281,7 @@ plt.show()
 
 operations = list(dict.fromkeys(df["operation"]))
 fig, axes = plt.subplots(1, len(operations), figsize=(5.2 * len(operations), 4.8))
-styles = {
-    "onnx": ("C0", "o"),
-    "onnx-light": ("C1", "s"),
-    "onnx-ir": ("C2", "^"),
-}
+styles = {"onnx": ("C0", "o"), "onnx-light": ("C1", "s"), "onnx-ir": ("C2", "^")}
 for ax, operation in zip(axes, operations, strict=True):
     part = df[df["operation"] == operation]
     for library in dict.fromkeys(part["library"]):
@@ -321,8 +310,6 @@ for ax, operation in zip(axes, operations, strict=True):
     ax.legend(fontsize=9)
 axes[0].set_ylabel("seconds (median, bars: min-max; lower is better)")
 fig.tight_layout()
-if os.environ.get("SAVE_FIG"):
-    fig.savefig(os.environ["SAVE_FIG"])
 plt.show()
 
 # %%

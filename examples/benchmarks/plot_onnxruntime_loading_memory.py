@@ -45,7 +45,6 @@ same outputs.
 import os
 import tempfile
 import time
-from math import gcd
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -61,14 +60,16 @@ from onnx_light.bench import (
     describe_machine,
     make_gemm_model,
     measure_rounds,
+    mib_on_disk,
     model_inputs,
     read_status,
+    sized,
     summary_bars,
+    tensor_places,
     weights_nbytes,
 )
 
-SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
-N_WEIGHTS, DIM = (8, 200) if SMALL else (64, 1000)
+N_WEIGHTS, DIM = sized((64, 1000), quick=(8, 200))
 BATCH = 4
 MiB = 2**20
 
@@ -105,23 +106,14 @@ for name, alignment in [("aligned 4096", 4096), ("aligned 65536", 65536)]:
 
 def describe(path: str) -> dict:
     """Files, their sizes and the largest power of two dividing every offset."""
-    m = onnxl.load(path, load_external_data=False)
-    offsets, files = [], {os.path.basename(path)}
-    for init in m.graph.initializer:
-        entries = {e.key: e.value for e in init.external_data}
-        if "location" in entries:
-            files.add(entries["location"])
-            offsets.append(int(entries.get("offset", 0)))
-    common = 0
-    for off in offsets:
-        common = gcd(common, off)
-    common = common & -common if common else None  # largest power of two dividing all
-    size = sum(os.path.getsize(os.path.join(folder, f)) for f in files)
+    places = tensor_places(path)
+    files = [path] + [os.path.join(folder, f) for f in places.location.unique()]
+    common = int(np.gcd.reduce(places.offset)) if len(places) else 0
     return {
         "files": len(files),
-        "MiB on disk": round(size / MiB, 1),
-        "external tensors": len(offsets),
-        "offsets aligned to": common if offsets else "-",
+        "MiB on disk": round(mib_on_disk(*files), 1),
+        "external tensors": len(places),
+        "offsets aligned to": common & -common if len(places) else "-",
     }
 
 
@@ -191,7 +183,7 @@ for name, path in paths.items():
 begin = time.perf_counter()
 rounds = measure_rounds(
     cases,
-    rounds=1 if SMALL else 3,
+    rounds=sized(3, quick=1),
     warm_files=[os.path.join(folder, f) for f in os.listdir(folder) if "onnx" in f],
     prime_bytes=2 * model_bytes,
 )
@@ -399,43 +391,20 @@ plt.show()
 fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(14, 5.5))
 labels = [f"{r['layout']}\nprepack {r['prepacking']}" for r in results]
 x = np.arange(len(results))
-
-
-def errors(field: str) -> list[pandas.Series]:
-    """Min-max lines around the medians, in MiB."""
-    return [(df[field] - df[field + "_min"]) / MiB, (df[field + "_max"] - df[field]) / MiB]
-
-
-anon_bars = ax0.bar(
-    x - 0.27,
-    df["anon_peak_create"] / MiB,
-    0.27,
-    yerr=errors("anon_peak_create"),
-    capsize=2,
-    label="anonymous (RssAnon), peak",
-)
-ax0.bar_label(anon_bars, fmt="%.0f", fontsize=9)  # MiB; near-zero bars stay visible
-file_bars = ax0.bar(
-    x,
-    df["file_peak_create"] / MiB,
-    0.27,
-    yerr=errors("file_peak_create"),
-    capsize=2,
-    label="file-backed (RssFile), peak",
-)
-ax0.bar_label(file_bars, fmt="%.0f", fontsize=9)
-after_bars = ax0.bar(
-    x + 0.27,
-    df["file_after_run"] / MiB,
-    0.27,
-    yerr=errors("file_after_run"),
-    capsize=2,
-    color="C1",
-    alpha=0.45,
-    hatch="//",
-    label="file-backed after the first inference",
-)
-ax0.bar_label(after_bars, fmt="%.0f", fontsize=9)
+bars = {
+    "anon_peak_create": ("anonymous (RssAnon), peak", {}),
+    "file_peak_create": ("file-backed (RssFile), peak", {}),
+    "file_after_run": (
+        "file-backed after the first inference",
+        dict(color="C1", alpha=0.45, hatch="//"),
+    ),
+}
+for i, (field, (label, style)) in enumerate(bars.items()):
+    err = [(df[field] - df[field + "_min"]) / MiB, (df[field + "_max"] - df[field]) / MiB]
+    drawn = ax0.bar(
+        x + (i - 1) * 0.27, df[field] / MiB, 0.27, yerr=err, capsize=2, label=label, **style
+    )
+    ax0.bar_label(drawn, fmt="%.0f", fontsize=9)  # MiB; near-zero bars stay visible
 ax0.axhline(model_bytes / MiB, color="k", ls="--", lw=1, label="model size")
 ax0.set_xticks(x, labels, rotation=60, ha="right", fontsize=8)
 ax0.set_ylabel("memory growth (MiB, median; lines: min-max)")
@@ -461,8 +430,6 @@ ax1.set_ylabel("memory growth (MiB)")
 ax1.set_title("over time: session creation (to the dot), then one inference")
 ax1.legend(fontsize=9)
 fig.tight_layout()
-if os.environ.get("SAVE_FIG"):
-    fig.savefig(os.environ["SAVE_FIG"])
 plt.show()
 
 # %%

@@ -40,14 +40,16 @@ import pandas
 import onnx_light.onnx as onnxl
 from onnx_light.bench import (
     describe_machine,
+    empty_folder,
     make_gemm_model,
     measure_rounds,
+    sized,
     summary_bars,
+    tensor_places,
     weights_nbytes,
 )
 
-SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
-N_WEIGHTS, DIM = (4, 128) if SMALL else (64, 1024)
+N_WEIGHTS, DIM = sized((64, 1024), quick=(4, 128))
 MiB = 2**20
 
 model = make_gemm_model(N_WEIGHTS, DIM)
@@ -63,13 +65,7 @@ print(f"{N_WEIGHTS} weights of {DIM}x{DIM} float32: {size / MiB:.0f} MiB")
 # the model it saves into references, changes that process's copy only.
 
 tmp = tempfile.TemporaryDirectory()
-out = os.path.join(tmp.name, "out")
-os.mkdir(out)
-
-
-def empty(_name: str = "") -> None:
-    for f in os.listdir(out):
-        os.remove(os.path.join(out, f))
+out = empty_folder(os.path.join(tmp.name, "out"))
 
 
 def save_with_onnx() -> None:
@@ -82,7 +78,7 @@ def save_with_onnx_light() -> None:
 
 
 saves = {"onnx": save_with_onnx, "onnx-light": save_with_onnx_light}
-timed = measure_rounds(saves, before=empty, prime_bytes=2 * size)
+timed = measure_rounds(saves, before=lambda _name: empty_folder(out), prime_bytes=2 * size)
 
 
 def profiled(name: str) -> None:
@@ -92,9 +88,10 @@ def profiled(name: str) -> None:
     prof.dump_stats(os.path.join(tmp.name, f"{name}.prof"))
 
 
-measure_rounds({name: lambda n=name: profiled(n) for name in saves}, rounds=1, before=empty)
+profile_runs = {name: lambda n=name: profiled(n) for name in saves}
+measure_rounds(profile_runs, rounds=1, before=lambda _name: empty_folder(out))
 profiles = {name: pstats.Stats(os.path.join(tmp.name, f"{name}.prof")) for name in saves}
-empty()
+empty_folder(out)
 
 # %%
 # From pstats to pandas
@@ -118,17 +115,12 @@ def short_name(key: tuple[str, int, str]) -> str:
 
 
 def to_frame(stats: pstats.Stats) -> pandas.DataFrame:
-    rows = []
-    for key, (_prim, calls, own, cumulative, _callers) in stats.stats.items():
-        rows.append(
-            {
-                "function": short_name(key),
-                "calls": calls,
-                "own s": own,
-                "cumulative s": cumulative,
-            }
-        )
-    df = pandas.DataFrame(rows).sort_values("own s", ascending=False, ignore_index=True)
+    rows = [
+        (short_name(key), calls, own, cumulative)
+        for key, (_prim, calls, own, cumulative, _callers) in stats.stats.items()
+    ]
+    df = pandas.DataFrame(rows, columns=["function", "calls", "own s", "cumulative s"])
+    df = df.sort_values("own s", ascending=False, ignore_index=True)
     df["own %"] = (100 * df["own s"] / df["own s"].sum()).round(1)
     return df
 
@@ -269,19 +261,21 @@ assert len(model.graph.initializer) == 2 * N_WEIGHTS
 for name, df in frames.items():
     assert df.loc[df["kind"] == "write system calls", "calls"].sum() > 0, name
 
+
+def saved_tensors(path: str) -> dict[str, bytes]:
+    """The bytes of every tensor of a saved model, by name."""
+    return {
+        t.name: onnx.numpy_helper.to_array(t).tobytes() for t in onnx.load(path).graph.initializer
+    }
+
+
 before = model.SerializeToString()
 save_with_onnx_light()
 assert model.SerializeToString() == before, "onnx-light's save changed the model"
-light = onnx.load(f"{out}/m.onnx", load_external_data=False)
-offsets = [
-    int(e.value) for t in light.graph.initializer for e in t.external_data if e.key == "offset"
-]
-assert offsets and all(offset % 4096 == 0 for offset in offsets), offsets
-light_values = {
-    t.name: onnx.numpy_helper.to_array(t).tobytes()
-    for t in onnx.load(f"{out}/m.onnx").graph.initializer
-}
-empty()
+offsets = tensor_places(f"{out}/m.onnx").offset
+assert len(offsets) and (offsets % 4096 == 0).all(), offsets
+light_values = saved_tensors(f"{out}/m.onnx")
+empty_folder(out)
 
 copy = onnx.ModelProto()
 copy.CopyFrom(model)
@@ -290,12 +284,8 @@ moved = [t for t in copy.graph.initializer if t.data_location == onnx.TensorProt
 assert moved, "onnx.save left the model it saved as it was"
 opens = frames["onnx"].loc[frames["onnx"]["function"] == "io.open", "calls"].sum()
 assert opens >= len(moved), f"onnx opened files {opens} times for {len(moved)} tensors"
-onnx_values = {
-    t.name: onnx.numpy_helper.to_array(t).tobytes()
-    for t in onnx.load(f"{out}/m.onnx").graph.initializer
-}
-assert light_values == onnx_values, "the two saves wrote different tensors"
-empty()
+assert light_values == saved_tensors(f"{out}/m.onnx"), "the two saves wrote different tensors"
+empty_folder(out)
 print(
     f"checked: onnx opened files {opens} times for {len(moved)} tensors moved out, and changed "
     f"the model it saved; onnx-light left the model unchanged, {len(offsets)} offsets aligned "
@@ -352,8 +342,6 @@ ax1.invert_yaxis()
 ax1.set_xlabel("own seconds per save")
 ax1.set_title(f"top {TOP} functions of each (colour = kind of work)")
 fig.tight_layout()
-if os.environ.get("SAVE_FIG"):
-    fig.savefig(os.environ["SAVE_FIG"])
 plt.show()
 
 # %%

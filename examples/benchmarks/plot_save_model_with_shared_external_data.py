@@ -36,7 +36,6 @@ right outputs.
 # runtime can memory-map it.
 
 import gc
-import hashlib
 import os
 import shutil
 import tempfile
@@ -50,15 +49,20 @@ import pandas
 import onnx_light.onnx as onnxl
 from onnx_light.bench import (
     describe_machine,
+    empty_folder,
+    file_digests,
     make_gemm_model,
     measure_rounds,
+    median_bars,
+    mib_on_disk,
     model_inputs,
+    sized,
     summary_bars,
+    tensor_places,
     weights_nbytes,
 )
 
-SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
-N_WEIGHTS, DIM = (8, 256) if SMALL else (24, 1024)
+N_WEIGHTS, DIM = sized((24, 1024), quick=(8, 256))
 NEW = ["W0", "W1", "W2"]  # the weights the variant changes
 MiB = 2**20
 
@@ -68,14 +72,7 @@ opts = onnxl.SerializeOptions()
 opts.alignment = 4096
 onnxl.save(make_gemm_model(N_WEIGHTS, DIM), first, location="first.onnx.data", options=opts)
 gc.collect()
-
-
-def digest(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-first_files = {name: digest(os.path.join(folder, name)) for name in os.listdir(folder)}
+first_files = file_digests(folder)  # their sha256, to check later that nothing changed them
 print({name: os.path.getsize(os.path.join(folder, name)) for name in first_files})
 
 # %%
@@ -143,7 +140,8 @@ def shared() -> list[str]:
 #
 # Each call runs in a process of its own, in interleaved rounds
 # (:func:`onnx_light.bench.measure_rounds`, the method of ``make bench``),
-# after the files of the previous run were removed. Peak memory is the
+# after the files of the previous run were removed (every file but the first
+# model's: :func:`onnx_light.bench.empty_folder`). Peak memory is the
 # growth of the kernel's ``VmHWM`` during the call. The table gives the
 # median and the spread (min-max) over the rounds.
 
@@ -153,22 +151,16 @@ approaches = {
     "naive (onnx-light)": naive_onnx_light,
     "shared (onnx-light)": shared,
 }
-
-
-def remove_outputs(name: str) -> None:
-    for f in os.listdir(folder):
-        if f not in first_files:
-            os.remove(os.path.join(folder, f))
-
-
 rounds = measure_rounds(
-    approaches, warm_files=[os.path.join(folder, f) for f in first_files], before=remove_outputs
+    approaches,
+    warm_files=[os.path.join(folder, f) for f in first_files],
+    before=lambda _name: empty_folder(folder, keep=first_files),
 )
+empty_folder(folder, keep=first_files)
 written = {name: fn() for name, fn in approaches.items()}  # once more, to keep the files
 table = pandas.DataFrame(rounds.summary()).set_index("operation")
 table["written MiB"] = [
-    sum(os.path.getsize(os.path.join(folder, f)) for f in written[name]) / MiB
-    for name in table.index
+    mib_on_disk(*(os.path.join(folder, f) for f in written[name])) for name in table.index
 ]
 table["files"] = [", ".join(written[name]) for name in table.index]
 table.round(3)
@@ -198,26 +190,14 @@ assert max(rounds.peaks("shared (onnx-light)")) < min(rounds.peaks("naive (onnx-
 # The unchanged weights still point at ``first.onnx.data``; the three new
 # ones went to ``variant.onnx.data``, aligned. Nothing else was written.
 
-variant = onnxl.load(os.path.join(folder, "variant.onnx"), load_external_data=False)
-places = []
-for init in variant.graph.initializer:
-    entries = {e.key: e.value for e in init.external_data}
-    places.append(
-        dict(
-            name=init.name,
-            location=entries.get("location", "(inline)"),
-            offset=int(entries.get("offset", 0)),
-            length=int(entries.get("length", len(init.raw_data))),
-        )
-    )
-places = pandas.DataFrame(places)
+places = tensor_places(os.path.join(folder, "variant.onnx"))
 print(places.groupby("location").agg(tensors=("name", "count"), bytes=("length", "sum")))
 places[places.name.str.startswith("W")].set_index("name").head(6)
 
 # %%
 # The first model's files were not touched:
 
-assert {name: digest(os.path.join(folder, name)) for name in first_files} == first_files
+assert file_digests(folder, first_files) == first_files
 assert set(places[places.name.isin(NEW)].location) == {"variant.onnx.data"}
 print("first.onnx and first.onnx.data unchanged")
 
@@ -271,24 +251,11 @@ plt.show()
 
 colors = ["#d62728", "#ff7f0e", "#2ca02c"]
 names = list(table.index)
-labels = [n.replace(" (", "\n(") for n in names]
 fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
-panels = [
-    ([rounds.seconds(n) for n in names], "wall time", "seconds (median, line: min-max)"),
-    ([[v] for v in table["written MiB"]], "bytes written on disk", "MiB"),
-    ([rounds.peaks(n) for n in names], "peak RSS growth", "MiB (median, line: min-max)"),
-]
-for ax, (values, title, unit) in zip(axes, panels, strict=True):
-    mids = [float(np.median(v)) for v in values]
-    spread = [
-        [m - min(v) for m, v in zip(mids, values)],
-        [max(v) - m for m, v in zip(mids, values)],
-    ]
-    bars = ax.bar(labels, mids, yerr=spread, capsize=4, color=colors)
-    ax.bar_label(bars, fmt="%.3g", fontsize=8, padding=2)
-    ax.set_title(title)
-    ax.set_ylabel(unit)
-    ax.tick_params(axis="x", labelsize=8)
+median_bars(axes[0], {n: rounds.seconds(n) for n in names}, "s", "wall time", colors)
+written_mib = {n: [table.loc[n, "written MiB"]] for n in names}
+median_bars(axes[1], written_mib, "MiB", "bytes written on disk", colors)
+median_bars(axes[2], {n: rounds.peaks(n) for n in names}, "MiB", "peak RSS growth", colors)
 total = weights_nbytes(N_WEIGHTS, DIM) / MiB
 for ax in axes[1:]:
     ax.axhline(total, color="black", ls="--", lw=1, label="all weights")

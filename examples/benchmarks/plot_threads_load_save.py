@@ -41,17 +41,16 @@ import onnx_light.onnx as onnxl
 from onnx_light.bench import (
     compare,
     describe_machine,
+    empty_folder,
     evict,
     make_gemm_model,
     measure_rounds,
+    sized,
     summary_bars,
     weights_nbytes,
 )
 
-SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
-N_WEIGHTS, DIM = (4, 128) if SMALL else (16, 1024)
-
-
+N_WEIGHTS, DIM = sized((16, 1024), quick=(4, 128))
 THREADS = [1, 2, 4]
 MiB = 2**20
 
@@ -65,35 +64,28 @@ print(f"{N_WEIGHTS} weights of {DIM}x{DIM} float32: {size / MiB:.0f} MiB, {os.cp
 # -----------------
 #
 # :func:`onnx.save` turns the tensors of the model it saves into references,
-# so it always gets a fresh copy.
+# so it gets a fresh copy.
 
 
-def fresh_copy() -> onnx.ModelProto:
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    return copy
+def onnx_save(model: onnx.ModelProto, path: str, layout: str) -> None:
+    """:func:`onnx.save` in one of the three layouts."""
+    if layout == "one file":
+        onnx.save(model, path)
+    elif layout == "two files":
+        onnx.save(model, path, save_as_external_data=True, location="model.onnx.data")
+    else:
+        onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=False)
 
 
 tmp = tempfile.TemporaryDirectory()
-folders = {}
-for name in ["one file", "two files", "one file per tensor"]:
-    folders[name] = os.path.join(tmp.name, name.replace(" ", "_"))
-    os.mkdir(folders[name])
+layouts = ["one file", "two files", "one file per tensor"]
+folders = {name: empty_folder(os.path.join(tmp.name, name.replace(" ", "_"))) for name in layouts}
 sources = {name: os.path.join(folder, "model.onnx") for name, folder in folders.items()}
-onnx.save(model, sources["one file"])
-onnx.save(
-    fresh_copy(), sources["two files"], save_as_external_data=True, location="model.onnx.data"
-)
-onnx.save(
-    fresh_copy(),
-    sources["one file per tensor"],
-    save_as_external_data=True,
-    all_tensors_to_one_file=False,
-)
-pandas.DataFrame(
-    {"files": [len(os.listdir(folder)) for folder in folders.values()]},
-    index=pandas.Index(list(folders), name="layout"),
-)
+for name, path in sources.items():
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    onnx_save(copy, path, name)
+pandas.Series({name: len(os.listdir(f)) for name, f in folders.items()}, name="files")
 
 # %%
 # Both libraries load the same tensors.
@@ -131,7 +123,7 @@ def measure(operation: str, calls: dict, **how) -> None:
     """Measure ``{(layout, threads): call}`` in rounds; one row per call."""
     rounds = measure_rounds(
         {f"{layout} | {k}": fn for (layout, k), fn in calls.items()},
-        rounds=1 if SMALL else 3,
+        rounds=sized(3, quick=1),
         prime_bytes=size,
         **how,
     )
@@ -173,26 +165,12 @@ if hasattr(os, "posix_fadvise"):
 # The destination folder is emptied before every save, outside the timing:
 # replacing a large file costs its deletion, which is not what we want to
 # measure. :func:`onnx.save` turns the tensors of the model it is given into
-# references: in a process of its own, it changes that process's copy only.
+# references: in a process of its own, it changes that process's copy only,
+# so it is given ``model`` itself.
 
-dst = os.path.join(tmp.name, "dst")
-os.mkdir(dst)
+dst = empty_folder(os.path.join(tmp.name, "dst"))
 dst_onnx = os.path.join(dst, "model.onnx")
 referencing = onnxl.load(sources["one file per tensor"], load_external_data=False)
-
-
-def empty_destination(_case: str = "") -> None:
-    for f in os.listdir(dst):
-        os.remove(os.path.join(dst, f))
-
-
-def onnx_save(layout: str) -> None:
-    if layout == "one file":
-        onnx.save(model, dst_onnx)
-    elif layout == "two files":
-        onnx.save(model, dst_onnx, save_as_external_data=True, location="model.onnx.data")
-    else:
-        onnx.save(model, dst_onnx, save_as_external_data=True, all_tensors_to_one_file=False)
 
 
 def onnxl_save(layout: str, threads: int) -> None:
@@ -209,10 +187,10 @@ def onnxl_save(layout: str, threads: int) -> None:
 
 saves = {}
 for name in sources:
-    saves[(name, 0)] = lambda n=name: onnx_save(n)
+    saves[(name, 0)] = lambda n=name: onnx_save(model, dst_onnx, n)
     for k in THREADS:
         saves[(name, k)] = lambda n=name, k=k: onnxl_save(n, k)
-measure("save (warm)", saves, before=empty_destination)
+measure("save (warm)", saves, before=lambda _case: empty_folder(dst))
 
 df = pandas.DataFrame(rows)
 df["MiB/s"] = (size / MiB / df["seconds"]).round(0)
@@ -367,8 +345,6 @@ for ax, operation in zip(axes, operations, strict=True):
 axes[0].set_ylabel("MiB/s (median, bars: min-max; higher is better)")
 axes[-1].legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 fig.tight_layout()
-if os.environ.get("SAVE_FIG"):
-    fig.savefig(os.environ["SAVE_FIG"])
 plt.show()
 
 # %%
