@@ -27,8 +27,6 @@ model of more than 2 GiB.
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import matplotlib.pyplot as plt
@@ -40,10 +38,17 @@ import onnxruntime
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import PeakMemory, make_gemm_model, model_inputs, weights_nbytes
+from onnx_light.bench import (
+    PeakMemory,
+    make_gemm_model,
+    mib_on_disk,
+    model_inputs,
+    show_command,
+    sized,
+    weights_nbytes,
+)
 
-SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
-N_WEIGHTS, DIM = (8, 256) if SMALL else (24, 1024)
+N_WEIGHTS, DIM = sized((24, 1024), quick=(8, 256))
 MiB = 2**20
 
 folder = tempfile.mkdtemp(prefix="onnx-light-edit-")
@@ -105,16 +110,10 @@ with PeakMemory() as compact_mem:
     edited = edit(onnxl.load(src, load_external_data=False))
     onnxl.save_edited(edited, src, compact)
 
-
-def on_disk(*paths: str) -> float:
-    return sum(os.path.getsize(p) for p in paths if os.path.exists(p)) / MiB
-
-
-sizes = pandas.DataFrame(
+sizes = pandas.DataFrame(  # the sharing copy writes no weights file
     [
-        ["source", on_disk(src), on_disk(src + ".data")],
-        ["sharing", on_disk(shared), on_disk(shared + ".data")],
-        ["compact", on_disk(compact), on_disk(compact + ".data")],
+        [name, mib_on_disk(path), mib_on_disk(path + ".data")]
+        for name, path in [("source", src), ("sharing", shared), ("compact", compact)]
     ],
     columns=["model", ".onnx (MiB)", "new weights (MiB)"],
 )
@@ -144,13 +143,7 @@ for path in (shared, compact):
 # The command line shows where each kept tensor lives
 # ----------------------------------------------------
 
-out = subprocess.run(
-    [sys.executable, "-m", "onnx_light", "info", compact],
-    capture_output=True,
-    text=True,
-    check=True,
-).stdout
-print(out.replace(folder, "<tmp>"))
+show_command("info", "compact/half.onnx", cwd=folder)
 
 # %%
 # Peak memory, from the kernel
@@ -193,8 +186,8 @@ print(f"weights of the full model: {weights_nbytes(N_WEIGHTS, DIM) / MiB:.1f} Mi
 # Extractor copy the loaded model); the sharing copy writes a few KiB, the
 # compact one half the weights, and neither loads them.
 
-written = [on_disk(os.path.join(onnx_out, "half.onnx"), os.path.join(onnx_out, "half.onnx.data"))]
-written += [on_disk(shared, shared + ".data"), on_disk(compact, compact + ".data")]
+written = [mib_on_disk(onnx_out)]
+written += [mib_on_disk(shared, shared + ".data"), mib_on_disk(compact, compact + ".data")]
 ways = memory["load, edit, save"]
 colors = ["#999999", "C0", "C0"]
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.2), sharey=True)

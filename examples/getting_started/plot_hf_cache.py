@@ -38,7 +38,6 @@ checks that the cache was not modified.
 # :func:`onnx.save`: both files moved into ``blobs/`` under their sha256,
 # linked from the snapshot.
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -49,10 +48,9 @@ import onnx
 import onnxruntime
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, model_inputs, show_command
+from onnx_light.bench import file_digests, make_gemm_model, model_inputs, show_command, sized
 
-SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
-N_WEIGHTS, DIM = (4, 300) if SMALL else (12, 1000)
+N_WEIGHTS, DIM = sized((12, 1000), quick=(4, 300))
 
 folder = tempfile.mkdtemp(prefix="onnx-light-hf-")
 export = os.path.join(folder, "export")
@@ -64,19 +62,12 @@ onnx.save(
     location="model.onnx_data",
 )
 
-
-def sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
 repo = os.path.join(folder, "models--org--tiny")
 blobs = os.path.join(repo, "blobs")
 snapshot = os.path.join(repo, "snapshots", "0123abcd", "onnx")
 os.makedirs(blobs)
 os.makedirs(snapshot)
-for name in ("model.onnx", "model.onnx_data"):
-    digest = sha256(os.path.join(export, name))
+for name, digest in file_digests(export).items():  # {file name: its sha256}
     os.replace(os.path.join(export, name), os.path.join(blobs, digest))
     os.symlink(os.path.relpath(os.path.join(blobs, digest), snapshot), os.path.join(snapshot, name))
 os.rmdir(export)
@@ -84,7 +75,7 @@ os.rmdir(export)
 for name in sorted(os.listdir(snapshot)):
     print(f"{name:16} -> {os.readlink(os.path.join(snapshot, name))[:32]}...")
 
-cache_before = {name: sha256(os.path.join(blobs, name)) for name in os.listdir(blobs)}
+cache_before = file_digests(blobs)
 model_path = os.path.join(snapshot, "model.onnx")
 
 # %%
@@ -97,16 +88,12 @@ model_path = os.path.join(snapshot, "model.onnx")
 # links into ``blobs/``, onnx (>= 1.21) refuses a weights file that is a
 # symbolic link, onnx-ir one that resolves outside the model's folder; and it
 # prints the command that writes a copy all three accept.
-
-
-def onnx_light_cli(*args: str) -> None:
-    """Run ``onnx-light ARGS`` in the example's folder and print what it says."""
-    show_command(*args, cwd=folder)
-
+# :func:`onnx_light.bench.show_command` runs ``onnx-light`` in the example's
+# folder and prints what it says.
 
 snap_rel = os.path.relpath(model_path, folder)
-onnx_light_cli("verify", snap_rel)
-onnx_light_cli("info", snap_rel)
+show_command("verify", snap_rel, cwd=folder)
+show_command("info", snap_rel, cwd=folder)
 
 # %%
 # Load it
@@ -143,7 +130,7 @@ print(f"{int(result)} bytes written, {result.moved} tensors moved")
 # And with the command line, into a second folder:
 
 os.mkdir(os.path.join(folder, "mine_cli"))
-onnx_light_cli("align", snap_rel, "mine_cli/model.onnx")
+show_command("align", snap_rel, "mine_cli/model.onnx", cwd=folder)
 for sub in ("mine", "mine_cli"):
     for name in sorted(os.listdir(os.path.join(folder, sub))):
         path = os.path.join(folder, sub, name)
@@ -170,7 +157,7 @@ else:
 # Every blob has the same content as before, and onnxruntime computes the
 # same outputs from the cache and from the re-aligned copies.
 
-assert {name: sha256(os.path.join(blobs, name)) for name in os.listdir(blobs)} == cache_before
+assert file_digests(blobs) == cache_before
 print(f"{len(cache_before)} blobs, same sha256 as before")
 
 

@@ -23,8 +23,6 @@ file, and the bytes that are missing. See :ref:`l-cli` for every option.
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import matplotlib.pyplot as plt
@@ -32,10 +30,9 @@ import onnx
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model
+from onnx_light.bench import make_gemm_model, show_command, sized
 
-SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
-N_WEIGHTS, DIM = (4, 256) if SMALL else (8, 1024)
+N_WEIGHTS, DIM = sized((8, 1024), quick=(4, 256))
 
 folder = tempfile.mkdtemp(prefix="onnx-light-inspect-")
 good = os.path.join(folder, "good")
@@ -48,34 +45,6 @@ onnx.save(
 )
 
 
-def onnx_light(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
-    """Run ``onnx-light ARGS`` in the example's folder.
-
-    ``expect`` is the exit code it must return: 0 for success, 1 for a
-    failure (a bad reference, a missing file).
-    """
-    proc = subprocess.run(
-        [sys.executable, "-m", "onnx_light", *args],
-        cwd=folder,
-        check=expect == 0,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == expect, (proc.returncode, proc.stderr)
-    return proc
-
-
-def show(proc: subprocess.CompletedProcess, lines: int | None = None) -> None:
-    """Print a command, its exit code and what it printed (the first ``lines``)."""
-    print("$ onnx-light", " ".join(proc.args[3:]), f"   # exit code {proc.returncode}")
-    # paths relative to the example's temporary folder, for reading
-    out = (proc.stdout + proc.stderr).replace(folder + os.sep, "").rstrip().split("\n")
-    shown = out if lines is None else out[:lines]
-    print("\n".join(shown))
-    if len(out) > len(shown):
-        print(f"... ({len(out) - len(shown)} more lines)")
-
-
 # %%
 # ``onnx-light info``: where every tensor's bytes live
 # ----------------------------------------------------
@@ -85,16 +54,16 @@ def show(proc: subprocess.CompletedProcess, lines: int | None = None) -> None:
 # totals per file, and whether every offset is a multiple of 4096 and of
 # 65536. onnx writes the tensors back to back: this model is not aligned
 # (:ref:`l-example-plot-realign` fixes that).
+# :func:`onnx_light.bench.show_command` runs ``onnx-light`` in the example's
+# folder and prints what it says, paths relative to that folder.
 
-show(onnx_light("info", "good/model.onnx"))
+show_command("info", "good/model.onnx", cwd=folder)
 
 # %%
 # ``--json`` prints the same as one JSON document, for scripts (on a
 # failure too: ``{"error": ..., "model": ...}``).
 
-proc = onnx_light("info", "good/model.onnx", "--json")
-show(proc, lines=16)
-info = json.loads(proc.stdout)
+info = json.loads(show_command("info", "good/model.onnx", "--json", lines=16, cwd=folder))
 print(sorted(info))
 print(info["files"])
 
@@ -112,7 +81,7 @@ tensors[["dtype", "shape", "location", "offset", "length"]].head(4)
 # folder, its byte range fits in the file, and its length matches its data
 # type and shape.
 
-show(onnx_light("verify", "good/model.onnx"))
+show_command("verify", "good/model.onnx", cwd=folder)
 
 # %%
 # A broken copy: the weights file cut short
@@ -132,7 +101,7 @@ cut = int(full_size * 0.6)
 os.truncate(data, cut)
 print(f"model.onnx.data: {full_size} bytes, cut to {cut}")
 
-show(onnx_light("verify", "broken/model.onnx", expect=1))
+show_command("verify", "broken/model.onnx", expect=1, cwd=folder)
 
 # %%
 # The same check runs before :func:`onnx_light.onnx.load` reads any weight:
@@ -150,7 +119,7 @@ else:
 # A script finds the same from ``info --json``: a tensor whose
 # ``offset + length`` is past its file's ``file_size``.
 
-broken_info = json.loads(onnx_light("info", "broken/model.onnx", "--json").stdout)
+broken_info = json.loads(show_command("info", "broken/model.onnx", "--json", lines=4, cwd=folder))
 sizes = {f["location"]: f["file_size"] for f in broken_info["files"]}
 cut_off = [
     t["name"] for t in broken_info["tensors"] if t["offset"] + t["length"] > sizes[t["location"]]

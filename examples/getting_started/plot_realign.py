@@ -32,6 +32,7 @@ outputs. The options (shards, in place, small tensors back inline) are in
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -40,10 +41,9 @@ import onnxruntime
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, model_inputs, show_command
+from onnx_light.bench import make_gemm_model, model_inputs, show_command, sized, tensor_places
 
-SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
-N_WEIGHTS, DIM = (4, 300) if SMALL else (12, 1000)
+N_WEIGHTS, DIM = sized((12, 1000), quick=(4, 300))
 PAGE = 4096
 
 folder = tempfile.mkdtemp(prefix="onnx-light-realign-")
@@ -56,29 +56,12 @@ onnx.save(
 )
 print(f"model.onnx.data: {os.path.getsize(src + '.data') / 2**20:.2f} MiB")
 
+# %%
+# Where each tensor lives (file, offset, length):
+# :func:`onnx_light.bench.tensor_places` reads the ``.onnx`` only, the
+# references and not the weights (``load_external_data=False``).
 
-def layout(path: str) -> pandas.DataFrame:
-    """Where each external tensor of a model lives: file, offset, length.
-
-    ``load_external_data=False`` reads the ``.onnx`` only: the references,
-    not the weights.
-    """
-    model = onnxl.load(path, load_external_data=False)
-    rows = []
-    for init in model.graph.initializer:
-        entries = {e.key: e.value for e in init.external_data}
-        rows.append(
-            dict(
-                tensor=init.name,
-                location=entries["location"],
-                offset=int(entries.get("offset", 0)),
-                length=int(entries["length"]),
-            )
-        )
-    return pandas.DataFrame(rows).set_index("tensor")
-
-
-before = layout(src)
+before = tensor_places(src).set_index("name")
 before["offset % 4096"] = before.offset % PAGE
 before.head(7)
 
@@ -105,28 +88,17 @@ print(f"{int(result)} bytes written to {written}, {result.moved} tensors moved")
 # ``DST.data`` unless ``--weights`` names them, and the alignment is 4096
 # unless ``--alignment`` says otherwise. The command prints a one-line
 # summary (and a progress bar on a terminal). The example runs it as
-# ``python -m onnx_light``, the same command.
+# ``python -m onnx_light``, the same command, in its folder
+# (:func:`onnx_light.bench.show_command`).
 
-
-def onnx_light_cli(*args: str) -> None:
-    """Run ``onnx-light ARGS`` in the example's folder and print what it says."""
-    show_command(*args, cwd=folder)
-
-
-onnx_light_cli("align", "model.onnx", "aligned_cli.onnx", "--alignment", "4096")
+show_command("align", "model.onnx", "aligned_cli.onnx", "--alignment", "4096", cwd=folder)
 
 # %%
 # Both ways give byte-identical weights files: one planner decides the
 # offsets for the API and the command line.
 
-
-def read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
-api_bytes = read(os.path.join(folder, "aligned.onnx.data"))
-assert api_bytes == read(os.path.join(folder, "aligned_cli.onnx.data"))
+api_bytes = Path(folder, "aligned.onnx.data").read_bytes()
+assert api_bytes == Path(folder, "aligned_cli.onnx.data").read_bytes()
 print(f"aligned.onnx.data == aligned_cli.onnx.data: {len(api_bytes)} bytes")
 
 # %%
@@ -136,7 +108,7 @@ print(f"aligned.onnx.data == aligned_cli.onnx.data: {len(api_bytes)} bytes")
 # Every offset is now a multiple of 4096; each tensor keeps its length, and
 # the padding between two tensors is zeros.
 
-after = layout(os.path.join(folder, "aligned.onnx"))
+after = tensor_places(os.path.join(folder, "aligned.onnx")).set_index("name")
 table = pandas.DataFrame(
     {
         "length": before.length,
@@ -158,7 +130,7 @@ table.head(9)
 # onnx-light wrote, byte for byte. Then onnxruntime runs the models on the
 # same inputs.
 
-old_bytes = read(src + ".data")
+old_bytes = Path(src + ".data").read_bytes()
 rebuilt = bytearray(len(api_bytes))
 for name, row in before.iterrows():
     new = after.loc[name]

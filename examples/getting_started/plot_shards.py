@@ -37,10 +37,9 @@ import onnxruntime
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, model_inputs, show_command
+from onnx_light.bench import make_gemm_model, model_inputs, show_command, sized, tensor_places
 
-SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
-N_WEIGHTS, DIM = (6, 300) if SMALL else (12, 1000)
+N_WEIGHTS, DIM = sized((12, 1000), quick=(6, 300))
 MAX_SHARD = int(2.2 * 4 * DIM * DIM)  # bytes
 KiB = 1024
 
@@ -66,27 +65,10 @@ assert (files.bytes <= MAX_SHARD).all()
 # %%
 # The shards are named as onnx-ir names them,
 # ``model-00001-of-00003.onnx.data``... Each holds whole tensors; the
-# ``.onnx`` says which shard holds which tensor:
+# ``.onnx`` says which shard holds which tensor
+# (:func:`onnx_light.bench.tensor_places` reads it, not the weights):
 
-
-def layout(path: str) -> pandas.DataFrame:
-    """Where each external tensor of a model lives (the weights are not read)."""
-    rows = []
-    for init in onnxl.load(path, load_external_data=False).graph.initializer:
-        entries = {e.key: e.value for e in init.external_data}
-        if entries:
-            rows.append(
-                dict(
-                    tensor=init.name,
-                    location=entries["location"],
-                    offset=int(entries.get("offset", 0)),
-                    length=int(entries["length"]),
-                )
-            )
-    return pandas.DataFrame(rows)
-
-
-shards = layout(os.path.join(folder, "model.onnx"))
+shards = tensor_places(os.path.join(folder, "model.onnx"))
 print(shards.head(6).to_string(index=False))
 
 # %%
@@ -96,34 +78,22 @@ print(shards.head(6).to_string(index=False))
 # ``onnx-light align`` re-lays out a saved model without loading it. With
 # ``--shard-naming transformers.js`` the shards take the names
 # transformers.js derives from ``model.onnx``: ``model.onnx_data``,
-# ``model.onnx_data_1``...
-
-
-def onnx_light_cli(*args: str) -> None:
-    """Run ``onnx-light ARGS`` in the example's folder and print what it says."""
-    show_command(*args, cwd=folder)
-
+# ``model.onnx_data_1``... (:func:`onnx_light.bench.show_command` runs the
+# command in the example's folder and prints what it says.)
 
 os.mkdir(os.path.join(folder, "web"))
-onnx_light_cli(
-    "align",
-    "model.onnx",
-    "web/model.onnx",
-    "--max-shard-size",
-    str(MAX_SHARD),
-    "--shard-naming",
-    "transformers.js",
-)
+flags = ["--max-shard-size", str(MAX_SHARD), "--shard-naming", "transformers.js"]
+show_command("align", "model.onnx", "web/model.onnx", *flags, cwd=folder)
 print(listing("web").to_string(index=False, float_format="{:,.1f}".format))
 
 # %%
 # Both layouts plan the same shards: the same tensors in each, at the same
 # offsets, only the names differ.
 
-web = layout(os.path.join(folder, "web", "model.onnx"))
-assert (web[["tensor", "offset", "length"]] == shards[["tensor", "offset", "length"]]).all().all()
-assert shards.groupby("location", sort=False).tensor.apply(list).tolist() == (
-    web.groupby("location", sort=False).tensor.apply(list).tolist()
+web = tensor_places(os.path.join(folder, "web", "model.onnx"))
+assert (web[["name", "offset", "length"]] == shards[["name", "offset", "length"]]).all().all()
+assert shards.groupby("location", sort=False)["name"].apply(list).tolist() == (
+    web.groupby("location", sort=False)["name"].apply(list).tolist()
 )
 print(dict(zip(shards.location.unique(), web.location.unique(), strict=True)))
 
@@ -166,7 +136,7 @@ print(
 # limit.
 
 per_shard = shards.groupby("location", sort=False).agg(
-    tensors=("tensor", "count"), tensor_bytes=("length", "sum")
+    tensors=("name", "count"), tensor_bytes=("length", "sum")
 )
 per_shard["file_bytes"] = [os.path.getsize(os.path.join(folder, loc)) for loc in per_shard.index]
 per_shard["padding_bytes"] = per_shard.file_bytes - per_shard.tensor_bytes
@@ -174,14 +144,14 @@ print(per_shard.to_string())
 
 fig, ax = plt.subplots(figsize=(8, 4.2))
 for x, (_, rows) in enumerate(shards.groupby("location", sort=False)):
-    weights = rows[rows.tensor.str.startswith("W")]
+    weights = rows[rows["name"].str.startswith("W")]
     for i, row in enumerate(weights.itertuples()):
         # a weight, its bias and the padding after them, up to the next weight
         following = rows[rows.offset > row.offset]
-        nxt = following[following.tensor.str.startswith("W")].offset.min()
+        nxt = following[following["name"].str.startswith("W")].offset.min()
         top = per_shard.file_bytes.iloc[x] if np.isnan(nxt) else nxt
         ax.bar(x, (top - row.offset) / KiB, bottom=row.offset / KiB, color=f"C{i}", ec="white")
-        label = f"{row.tensor} + B{row.tensor[1:]}"
+        label = f"{row.name} + B{row.name[1:]}"
         ax.text(x, (row.offset + top) / 2 / KiB, label, ha="center", va="center", fontsize=11)
 ax.axhline(MAX_SHARD / KiB, color="black", ls="--", lw=1.5, label="max_shard_size")
 n = len(per_shard)

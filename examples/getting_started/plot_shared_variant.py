@@ -23,11 +23,8 @@ against onnx are in :ref:`l-example-plot-save-model-with-shared-external-data`.
 # The first model
 # ---------------
 
-import hashlib
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import matplotlib.pyplot as plt
@@ -36,10 +33,16 @@ import onnxruntime
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, model_inputs
+from onnx_light.bench import (
+    file_digests,
+    make_gemm_model,
+    model_inputs,
+    show_command,
+    sized,
+    tensor_places,
+)
 
-SMALL = os.environ.get("UNITTEST_GOING", "0") == "1"
-N_WEIGHTS, DIM = (8, 256) if SMALL else (16, 1024)
+N_WEIGHTS, DIM = sized((16, 1024), quick=(8, 256))
 NEW = "W0"  # the initializer the variant replaces
 MiB = 2**20
 
@@ -47,14 +50,7 @@ folder = tempfile.mkdtemp(prefix="onnx-light-variant-")
 first = os.path.join(folder, "first.onnx")
 opts = onnxl.SerializeOptions(alignment=4096)
 onnxl.save(make_gemm_model(N_WEIGHTS, DIM), first, location="first.onnx.data", options=opts)
-
-
-def sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-first_files = {name: sha256(os.path.join(folder, name)) for name in os.listdir(folder)}
+first_files = file_digests(folder)  # their sha256, to check later that nothing changed them
 print(f"first.onnx.data: {os.path.getsize(first + '.data') / MiB:.2f} MiB")
 
 # %%
@@ -123,25 +119,11 @@ assert sizes.loc["variant", "total_MiB"] < 0.5 * sizes.loc["copy", "total_MiB"]
 #
 # ``onnx-light info`` lists the variant's references: ``W0`` in
 # ``variant.onnx.data``, every other weight in ``first.onnx.data``.
-# ``onnx-light verify`` checks them all.
+# ``onnx-light verify`` checks them all (:func:`onnx_light.bench.show_command`
+# runs the command in the example's folder and prints what it says).
 
-
-def onnx_light_cli(*args: str, lines: int | None = None) -> None:
-    """Run ``onnx-light ARGS`` in the example's folder and print (the first lines of) its output."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "onnx_light", *args],
-        cwd=folder,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    print("$ onnx-light", " ".join(args))
-    out = (proc.stdout + proc.stderr).rstrip().split("\n")
-    print("\n".join(out[:lines]) + (f"\n... ({len(out) - lines} more lines)" if lines else ""))
-
-
-onnx_light_cli("info", "variant.onnx", lines=6)
-onnx_light_cli("verify", "variant.onnx")
+show_command("info", "variant.onnx", lines=6, cwd=folder)
+show_command("verify", "variant.onnx", cwd=folder)
 
 # %%
 # Outputs
@@ -162,7 +144,7 @@ np.testing.assert_array_equal(outputs["variant"], outputs["copy"])
 gap = np.abs(outputs["variant"] - outputs["first"]).max()
 assert gap > 0
 print(f"variant == copy; max |variant - first| = {gap:.3g}")
-assert {name: sha256(os.path.join(folder, name)) for name in first_files} == first_files
+assert file_digests(folder, first_files) == first_files
 print("first.onnx and first.onnx.data unchanged")
 
 # %%
@@ -171,24 +153,8 @@ print("first.onnx and first.onnx.data unchanged")
 #
 # Each model's weights, one bar each, coloured by the file they are read
 # from: the variant reads all but one weight from ``first.onnx.data``, and
-# adds one small file; the copy duplicates everything.
-
-
-def places(name: str) -> pandas.DataFrame:
-    """Each tensor of a model: the file it is read from and its length."""
-    rows = []
-    for init in onnxl.load(
-        os.path.join(folder, f"{name}.onnx"), load_external_data=False
-    ).graph.initializer:
-        entries = {e.key: e.value for e in init.external_data}
-        rows.append(
-            dict(
-                location=entries.get("location", f"{name}.onnx (inline)"),
-                length=int(entries.get("length", len(init.raw_data))),
-            )
-        )
-    return pandas.DataFrame(rows)
-
+# adds one small file; the copy duplicates everything
+# (:func:`onnx_light.bench.tensor_places` lists each external tensor's file).
 
 colors = {
     "first.onnx.data": "#1f77b4",
@@ -199,7 +165,8 @@ names = {"first": "first", "variant": "variant", "copy": "full copy"}
 fig, ax = plt.subplots(figsize=(8, 3.8))
 for y, name in enumerate(names):
     left = 0.0
-    for location, length in places(name).groupby("location", sort=False).length.sum().items():
+    places = tensor_places(os.path.join(folder, f"{name}.onnx"))
+    for location, length in places.groupby("location", sort=False).length.sum().items():
         ax.barh(y, length / MiB, left=left, color=colors.get(location, "lightgray"), ec="white")
         left += length / MiB
     ax.text(
