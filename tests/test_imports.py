@@ -329,7 +329,7 @@ def test_stage_folders_have_empty_init_files():
 # The engine's folders in the order they may import each other: a module imports only
 # from its own folder and the ones before it. The settings and errors are the base;
 # the writers and the facade (onnx_light.onnx's own modules) sit on top.
-STAGES = ("base", "_system", "_read", "_commit", "_plan", "_content", "_write", "writers")
+STAGES = ("base", "_system", "_read", "_commit", "_plan", "_content", "_write", "_graph", "writers")
 BASE = {f"{PACKAGE}.onnx._errors", f"{PACKAGE}.onnx._options"}
 
 
@@ -345,8 +345,9 @@ def _stage(module: str) -> str | None:
 
 
 def test_the_stage_folders_import_in_order():
-    """base -> _system -> _read -> _commit -> _plan -> _content, _write -> writers: no
-    module imports from a later stage (_content and _write do not import each other)."""
+    """base -> _system -> _read -> _commit -> _plan -> _content, _write -> _graph ->
+    writers: no module imports from a later stage (_content and _write do not import
+    each other)."""
     graph = import_graph(package_modules(_package_root(), PACKAGE))
     folders = {
         m.split(".")[2]

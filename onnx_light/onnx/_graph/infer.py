@@ -1,0 +1,93 @@
+"""onnx's shape inference on a model without its weights, as if they were there.
+
+``onnx.shape_inference.infer_shapes`` runs on a model loaded with
+``load_external_data=False``: it is small, so a model whose weights exceed
+2 GiB infers as any other. But where a node's inference reads an input's
+values (TopK's K, Reshape's shape, Slice's starts...) and that input is an
+external tensor, onnx raises for the node and, outside strict mode, drops
+every type the node would have given, then those of the nodes after it. A
+graph rule that asks which values are float then sees none.
+
+:func:`infer_shapes` therefore runs onnx on a copy where each external
+tensor is a graph input of the same type and dims (an initializer; a
+Constant's value becomes an Identity of one): onnx infers every type, and the
+shapes that do not depend on those values, as it does for a model whose
+weights are inputs. The inferred types then go back into the model.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import helper
+
+from .._read.tensors import is_external
+
+__all__ = ["infer_shapes"]
+
+
+def _graphs(graph: onnx.GraphProto):
+    """``graph`` and its subgraphs at any depth, in a fixed order."""
+    stack = [graph]
+    while stack:
+        graph = stack.pop()
+        yield graph
+        for node in reversed(graph.node):
+            for attribute in reversed(node.attribute):
+                stack.extend(reversed(attribute.graphs))
+                if attribute.HasField("g"):
+                    stack.append(attribute.g)
+
+
+def _hide_external(model: onnx.ModelProto) -> None:
+    """Make every external tensor of ``model`` an input of its main graph."""
+    hidden: dict[str, tuple[int, list[int]]] = {}  # name: type, dims (two branches may share one)
+    for index, graph in enumerate(_graphs(model.graph)):
+        inputs = {v.name for v in graph.input} if index else set()  # the main graph's: below
+        external = [t for t in graph.initializer if is_external(t)]
+        for tensor in external:
+            if tensor.name not in inputs:
+                hidden.setdefault(tensor.name, (tensor.data_type, list(tensor.dims)))
+        if external:  # moved last (a stable sort), then dropped
+            graph.initializer.sort(key=is_external)
+            del graph.initializer[len(graph.initializer) - len(external) :]
+        for node in graph.node:
+            values = [a for a in node.attribute if a.name == "value" and a.HasField("t")]
+            if node.op_type == "Constant" and values and is_external(values[0].t):
+                name = f"{node.output[0]}::onnx-light-constant"
+                hidden[name] = (values[0].t.data_type, list(values[0].t.dims))
+                node.op_type, node.domain = "Identity", ""
+                del node.attribute[:]
+                node.input[:] = [name]
+    declared = {v.name for v in model.graph.input}
+    model.graph.input.extend(
+        helper.make_tensor_value_info(name, elem, dims)
+        for name, (elem, dims) in hidden.items()
+        if name not in declared
+    )
+
+
+def infer_shapes(model: onnx.ModelProto) -> None:
+    """Add to ``model`` the types and shapes onnx infers, without reading a weight.
+
+    What ``model.CopyFrom(onnx.shape_inference.infer_shapes(model))`` does with
+    the weights loaded (value_info of every graph, inputs and outputs
+    completed), but for the shapes that depend on an external tensor's
+    values, and without replacing the model's objects.
+
+    Args:
+        model: changed in place.
+
+    Raises:
+        onnx.shape_inference.InferenceError: as onnx raises it (a malformed
+            model; node errors are not raised, as in onnx's default mode).
+    """
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    _hide_external(copy)
+    inferred = onnx.shape_inference.infer_shapes(copy)
+    for mine, theirs in zip(_graphs(model.graph), _graphs(inferred.graph), strict=True):
+        for ours, inferred_ones in ((mine.input, theirs.input), (mine.output, theirs.output)):
+            for value, new in zip(ours, inferred_ones):  # the hidden inputs come last
+                value.CopyFrom(new)
+        del mine.value_info[:]
+        mine.value_info.extend(theirs.value_info)
