@@ -155,7 +155,9 @@ def test_median_bars_are_medians_with_their_min_max(tmp_path):
         "in memory (load +\nsave)",
     ]
     median_bars(ax, {"shared (onnx-light)": [1.0]}, "MiB", "written")
-    assert ax.get_xticklabels()[-1].get_text() == "shared\n(onnx-light)"  # a name kept whole
+    assert ax.get_xticklabels()[-1].get_text() == "shared\n(onnx-light)"  # names kept whole
+    median_bars(ax, {"onnx-ir DeduplicateInitializersPass": [1.0]}, "s", "wall time")
+    assert ax.get_xticklabels()[-1].get_text() == "onnx-ir\nDeduplicateInitializersPass"
     with pytest.raises(ValueError, match="one value"):
         median_bars(ax, {"nothing": []}, "s", "wall time")
     plt.close(fig)

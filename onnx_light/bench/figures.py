@@ -108,7 +108,9 @@ def median_bars(
     if not all(values.values()):
         raise ValueError("median_bars needs at least one value per label")
     mids, err = _spread([list(v) for v in values.values()])
-    labels = [textwrap.fill(label, 18, break_on_hyphens=False) for label in values]
+    labels = [
+        textwrap.fill(label, 18, break_long_words=False, break_on_hyphens=False) for label in values
+    ]
     colors = list(colors) if colors else [f"C{i % 10}" for i in range(len(labels))]
     bars = ax.bar(labels, mids, yerr=err, capsize=4, color=colors)
     for bar, m, high in zip(bars, mids, err[1]):  # above the min-max line, which cannot hide it
