@@ -30,7 +30,3 @@ import types  # noqa: E402
 _torch = types.SimpleNamespace()  # benchmarks/dedup_proof.py's torch modules
 _torch.forward  # torch.nn.Module.__call__ runs it
 _torch.embed_tokens  # set on a transformers model, which reads it
-
-from onnx_light.onnx._graph.float16 import GraphResult  # noqa: E402
-
-GraphResult.converted_inline  # read by the float16 writer, convert_graph's caller

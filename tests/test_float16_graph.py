@@ -19,8 +19,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_light.onnx._graph.clip import clip_to_float16
 from onnx_light.onnx._graph.float16 import DEFAULT_OP_BLOCK_LIST, convert_graph
+from onnx_light.onnx._write.clip import clip_to_float16
 
 ort = pytest.importorskip("onnxruntime")
 float16 = pytest.importorskip("onnxruntime.transformers.float16")

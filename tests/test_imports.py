@@ -236,7 +236,9 @@ def test_each_module_imports_alone():
     assert not failed, "\n".join(f"{name}:\n{error}" for name, error in failed.items())
 
 
-WRITERS = {f"{PACKAGE}.onnx.{name}" for name in ("_io", "_align", "_save", "_dedup", "_edit")}
+WRITERS = {
+    f"{PACKAGE}.onnx.{name}" for name in ("_io", "_align", "_save", "_dedup", "_edit", "_convert")
+}
 
 
 def test_no_writer_imports_another():

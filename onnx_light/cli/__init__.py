@@ -1,13 +1,15 @@
 """The ``onnx-light`` command line (also ``python -m onnx_light``).
 
-Four verbs on model files::
+Five verbs on model files::
 
     onnx-light align SRC.onnx DST.onnx [--weights PATH] [--alignment 4096]
+    onnx-light convert SRC.onnx DST.onnx --to float16 [--keep-io-types]
     onnx-light dedup SRC.onnx [SRC2.onnx ...] (--out DIR | --in-place) [--weights NAME]
     onnx-light info MODEL.onnx [MODEL2.onnx ...] [--json] [--twins]
     onnx-light verify MODEL.onnx [MODEL2.onnx ...]
 
 ``align`` streams the weights into one aligned file without loading them,
+``convert`` converts a model to float16, its weights cast as they stream,
 ``dedup`` writes models that share one weights file, each distinct byte
 string once, ``info`` lists every tensor and where its bytes live (and the
 ranges several tensors read, within and across the models given),
@@ -27,6 +29,7 @@ import sys
 import onnx_light
 
 from ._align import add_parser as add_align
+from ._convert import add_parser as add_convert
 from ._dedup import add_parser as add_dedup
 from ._info import add_parser as add_info
 from ._info import cmd_info
@@ -46,20 +49,20 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``onnx-light`` argument parser, with its four subcommands.
+    """The ``onnx-light`` argument parser, with its five subcommands.
 
     Returns:
         An :class:`argparse.ArgumentParser`; each subcommand sets ``func``.
     """
     parser = _Parser(
         prog=PROG,
-        description="Inspect, check, re-align and deduplicate ONNX models with external "
-        "data, without loading their weights in memory.",
+        description="Inspect, check, re-align, deduplicate and convert ONNX models with "
+        "external data, without loading their weights in memory.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {onnx_light.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for add_parser in (add_align, add_dedup, add_info, add_verify):
+    for add_parser in (add_align, add_convert, add_dedup, add_info, add_verify):
         add_parser(sub)
     return parser
 

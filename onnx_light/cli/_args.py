@@ -140,6 +140,7 @@ def add_layout_flags(
     threshold: int | None,
     threshold_help: str,
     shard_example: str,
+    chunk_size: bool = True,
 ) -> None:
     """The flags of every command that lays out weights, declared once: --weights,
     --alignment, --chunk-size, --size-threshold, --max-shard-size.
@@ -150,6 +151,8 @@ def add_layout_flags(
         threshold: --size-threshold's default (None: inline tensors stay inline).
         threshold_help: what --size-threshold does for this command.
         shard_example: the name of a shard this command writes.
+        chunk_size: declare --chunk-size (a command whose copy has no such knob
+            leaves it out).
     """
     p.add_argument("--weights", type=output_arg, metavar="PATH", help=weights)
     p.add_argument(
@@ -159,13 +162,14 @@ def add_layout_flags(
         metavar="BYTES",
         help="a power of two, or 0 for none (default: 4096)",
     )
-    p.add_argument(
-        "--chunk-size",
-        type=chunk_arg,
-        default=4 * 1024 * 1024,
-        metavar="BYTES",
-        help="bytes per copy call, e.g. 4M (default: 4 MiB)",
-    )
+    if chunk_size:
+        p.add_argument(
+            "--chunk-size",
+            type=chunk_arg,
+            default=4 * 1024 * 1024,
+            metavar="BYTES",
+            help="bytes per copy call, e.g. 4M (default: 4 MiB)",
+        )
     p.add_argument(
         "--size-threshold",
         type=size_arg,

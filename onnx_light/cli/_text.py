@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from onnx_light._progress import human
-from onnx_light.onnx import AlignResult, DedupResult
+from onnx_light.onnx import AlignResult, ConvertResult, DedupResult
 
 __all__ = ["PROG", "aligned", "left_over", "percent", "plural", "printable", "sharing", "table"]
 
@@ -67,7 +67,7 @@ def aligned(alignment: int) -> str:
     return "dense (no alignment)" if alignment in (0, 1) else f"aligned to {alignment}"
 
 
-def left_over(result: AlignResult | DedupResult) -> list[str]:
+def left_over(result: AlignResult | DedupResult | ConvertResult) -> list[str]:
     """The line about the weights files left behind by an in-place run, if any."""
     names = ", ".join(printable(os.path.basename(p)) for p in result.unreferenced)
     if result.removed:

@@ -35,6 +35,7 @@ from onnx import (
 )
 
 from ._align import AlignResult, align_external_data_streaming
+from ._convert import ConvertResult, convert_float_to_float16
 from ._dedup import DedupResult, deduplicate_external_data
 from ._edit import save_edited
 from ._errors import ExternalDataError, TruncatedFileError
@@ -46,6 +47,7 @@ from ._save import save_model_with_shared_external_data
 # every name of this package reports this module (tracebacks, help(), pickles)
 for _public in (
     AlignResult,
+    ConvertResult,
     DedupResult,
     ExternalDataError,
     SerializeOptions,
@@ -53,6 +55,7 @@ for _public in (
     WireError,
     align_external_data_streaming,
     check_setting,
+    convert_float_to_float16,
     deduplicate_external_data,
     load,
     save,
@@ -71,6 +74,7 @@ if not hasattr(ModelProto, "SerializeToFile"):  # onnx has none: the one method 
 __all__ = [
     "AlignResult",
     "AttributeProto",
+    "ConvertResult",
     "DedupResult",
     "ExternalDataError",
     "FunctionProto",
@@ -89,6 +93,7 @@ __all__ = [
     "WireError",
     "align_external_data_streaming",
     "check_setting",
+    "convert_float_to_float16",
     "deduplicate_external_data",
     "helper",
     "load",

@@ -7,7 +7,7 @@ same parameters and defaults: which nodes stay float32 (the block lists), which
 value types, attributes and initializers become float16, the Cast nodes between
 the two, under the same names. The weights are never read: a tensor with
 external data only gets FLOAT16 as its ``data_type``, and the caller converts
-its bytes as it copies them (with :func:`~onnx_light.onnx._graph.clip.clip_to_float16`,
+its bytes as it copies them (with :func:`~onnx_light.onnx._write.clip.clip_to_float16`,
 the rule onnxruntime's converter applies in memory). Inline tensors are
 converted here, bit for bit as onnxruntime's converter converts them.
 
@@ -34,7 +34,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from .._read.tensors import is_external
-from .clip import clip_to_float16
+from .._write.clip import clip_to_float16
 from .infer import infer_shapes
 from .insert import Insertion, Scope, insert_nodes
 

@@ -32,6 +32,7 @@ __all__ = [
     "ITEMSIZE",
     "conversion_for",
     "dtype_name",
+    "dtypes_by_reference",
     "find_casts",
     "source_dtypes",
 ]

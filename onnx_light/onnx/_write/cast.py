@@ -26,58 +26,13 @@ from .._plan.cast import BFLOAT16, DOUBLE, FLOAT, FLOAT16, ITEMSIZE, Conversion
 from .._plan.planner import Item
 from .._read.sources import SourceFiles
 from .._system.files import read_upto
+from .clip import clip_to_float16
 from .copy import pwrite_all
 
-__all__ = ["CAST_CHUNK", "clip", "convert", "write_casts"]
+__all__ = ["CAST_CHUNK", "convert", "write_casts"]
 
 CAST_CHUNK = 8 * 1024 * 1024  # source bytes per chunk (a multiple of every value size)
 _NUMPY = {FLOAT: np.float32, FLOAT16: np.float16, DOUBLE: np.float64}
-
-
-def _bits(value: float) -> np.uint32:
-    return np.float32(value).view(np.uint32)
-
-
-def clip(values: np.ndarray, min_positive: float | None, max_finite: float | None) -> int:
-    """Clip float32 ``values`` in place as onnxruntime's float16 converter does.
-
-    Values strictly between 0 and ``min_positive`` in magnitude become
-    ``min_positive``, finite values beyond ``max_finite`` become ``max_finite``,
-    the sign kept; 0, NaN and infinities are unchanged. The bounds are float32
-    values, compared as float32 (as numpy compares a float32 array with a Python
-    float). The comparisons are made on the bits of the magnitudes (IEEE floats
-    of one sign order as their bits), and a chunk with nothing to clip, the
-    common case, costs a mask, a maximum, a decrement and a minimum.
-
-    Args:
-        values: a float32 array, modified in place.
-        min_positive: the smallest magnitude kept (None: no lower clip).
-        max_finite: the largest finite magnitude kept (None: no upper clip).
-
-    Returns:
-        The number of values changed.
-    """
-    if not values.size:
-        return 0
-    magnitude = values.view(np.uint32) & np.uint32(0x7FFFFFFF)
-    changed = 0
-    if max_finite is not None and magnitude.max() > _bits(max_finite):
-        high = magnitude > _bits(max_finite)
-        high &= magnitude < np.uint32(0x7F800000)  # infinities and NaN stay
-        changed += _set(values, high, max_finite)
-    if min_positive is not None:
-        magnitude -= np.uint32(1)  # 0 wraps to the largest: excluded below
-        if magnitude.min() < _bits(min_positive) - np.uint32(1):
-            changed += _set(values, magnitude < _bits(min_positive) - np.uint32(1), min_positive)
-    return changed
-
-
-def _set(values: np.ndarray, mask: np.ndarray, bound: float) -> int:
-    """``values[mask] = ±bound`` (the sign of each); the count set."""
-    count = int(np.count_nonzero(mask))
-    if count:
-        values[mask] = np.copysign(np.float32(bound), values[mask])
-    return count
 
 
 def _to_bfloat16(values: np.ndarray) -> np.ndarray:
@@ -94,8 +49,7 @@ def convert(data: memoryview | bytes, conversion: Conversion) -> tuple[np.ndarra
     """Convert little-endian values of ``conversion.src`` to ``conversion.dst``.
 
     Args:
-        data: whole values (a multiple of the source value size); a writable
-            buffer is clipped in place.
+        data: whole values (a multiple of the source value size); not modified.
         conversion: the source and target dtypes, and the clipping.
 
     Returns:
@@ -106,15 +60,12 @@ def convert(data: memoryview | bytes, conversion: Conversion) -> tuple[np.ndarra
         bits = np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16
         return bits.view(np.float32), 0
     values = np.frombuffer(data, dtype=np.dtype(_NUMPY[src]).newbyteorder("<"))
-    clipped = 0
-    if conversion.clips:
-        if values.flags.writeable is False:
-            values = values.copy()
-        clipped = clip(values, conversion.min_positive, conversion.max_finite)
+    if conversion.clips:  # float32 -> float16, as onnxruntime's converter
+        return clip_to_float16(values, conversion.min_positive, conversion.max_finite)
     if dst == BFLOAT16:
-        return _to_bfloat16(values), clipped
+        return _to_bfloat16(values), 0
     with np.errstate(over="ignore"):  # beyond the target's range: infinite, as cast
-        return values.astype(_NUMPY[dst]), clipped
+        return values.astype(_NUMPY[dst]), 0
 
 
 def write_casts(

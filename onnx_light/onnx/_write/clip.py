@@ -14,7 +14,8 @@ costs 1.2x to 1.3x numpy's ``astype(float16)`` (the cast, about 1.4 GB/s, then
 about 2.5 ms of uint16 passes), onnxruntime's function 6x to 7x.
 
 It is what a streaming writer applies to each chunk of an external tensor
-(the graph rules of :mod:`.float16` only retype such tensors).
+(the graph rules of ``_graph/float16.py`` only retype such tensors, and use it
+for the inline ones).
 """
 
 from __future__ import annotations

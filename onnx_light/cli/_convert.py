@@ -1,0 +1,150 @@
+"""``onnx-light convert``: a model converted to float16, its weights streamed."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from onnx_light._progress import human, rate
+from onnx_light.onnx import ConvertResult, convert_float_to_float16
+
+from ._args import add_layout_flags, add_write_flags, output_arg, with_progress
+from ._text import aligned, left_over, plural, printable
+
+__all__ = ["add_parser"]
+
+TARGETS = ("float16",)  # bfloat16: the bytes convert, but no onnxruntime build runs the graph
+
+
+def _target(text: str) -> str:
+    if text not in TARGETS:
+        raise argparse.ArgumentTypeError(
+            f"--to {text!r}: only float16 is supported (a graph tool that writes bfloat16 "
+            "can save through onnx_light.onnx.save_edited, whose bytes follow the dtype)"
+        )
+    return text
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a positive number")
+    return value
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    """Run ``onnx-light convert``.
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        The exit code, 0.
+    """
+    result, elapsed = with_progress(
+        args,
+        f"convert {os.path.basename(args.src)}",
+        lambda progress: convert_float_to_float16(
+            args.src,
+            args.dst,
+            args.weights,
+            keep_io_types=args.keep_io_types,
+            op_block_list=args.op_block_list,
+            node_block_list=args.node_block_list,
+            min_positive_val=args.min_positive_val,
+            max_finite_val=args.max_finite_val,
+            alignment=args.alignment,
+            size_threshold=args.size_threshold,
+            max_shard_size=args.max_shard_size,
+            progress=progress,
+            durable=args.durable,
+            drop_behind=args.drop_behind,
+            remove_unreferenced=args.prune,
+        ),
+    )
+    if not args.quiet:
+        print(_summary(args, result, elapsed))
+    return 0
+
+
+def _summary(args: argparse.Namespace, result: ConvertResult, elapsed: float) -> str:
+    """What ``convert`` did: tensors converted, MiB before -> after, values clipped, time."""
+    where = ", ".join(printable(os.path.basename(p)) for p in result.weights_paths) or "no file"
+    lines = [
+        f"converted {result.converted} external {plural(result.converted, 'tensor')} and "
+        f"{result.converted_inline} inline to float16: {human(result.bytes_read)} read -> "
+        f"{human(result.bytes_written)} written to {where} {aligned(args.alignment)}, "
+        f"in {elapsed:.2f} s ({rate(result.bytes_read, elapsed)})"
+    ]
+    if result.clipped:
+        worst = sorted(result.clipped.items(), key=lambda kv: -kv[1])[:3]
+        names = ", ".join(f"{printable(name)} ({count})" for name, count in worst)
+        more = "" if len(result.clipped) <= 3 else f", and {len(result.clipped) - 3} more"
+        lines.append(
+            f"clipped {result.values_clipped} {plural(result.values_clipped, 'value')} to "
+            f"float16's range (--min-positive-val, --max-finite-val) in "
+            f"{len(result.clipped)} {plural(len(result.clipped), 'tensor')}: {names}{more}"
+        )
+    else:
+        lines.append("no value clipped: every weight fits float16's range")
+    if args.prune and os.path.abspath(args.src) != os.path.abspath(args.dst):
+        lines.append("--prune: nothing to prune, the source was not replaced (not in place)")
+    return "\n".join(lines + left_over(result))
+
+
+def add_parser(sub) -> None:
+    """Declare ``onnx-light convert`` on the subcommands ``sub``."""
+    p = sub.add_parser(
+        "convert",
+        help="convert a model to float16, streaming its weights (never in RAM)",
+        description="Convert SRC's graph to float16 with the rules of onnxruntime's own "
+        "converter, on the model read without its weights; its float32 weights are clipped "
+        "and cast while they stream into DST's weights file.",
+    )
+    p.add_argument("src", metavar="SRC.onnx", help="the float32 model")
+    p.add_argument(
+        "dst", type=output_arg, metavar="DST.onnx", help="the new model (may be SRC: in place)"
+    )
+    p.add_argument("--to", type=_target, required=True, metavar="DTYPE", help="float16")
+    p.add_argument(
+        "--keep-io-types",
+        action="store_true",
+        help="keep the graph's float32 inputs and outputs (Cast nodes after and before them)",
+    )
+    p.add_argument(
+        "--op-block-list",
+        nargs="+",
+        default=None,
+        metavar="OP",
+        help="op types left in float32 (default: onnxruntime's DEFAULT_OP_BLOCK_LIST)",
+    )
+    p.add_argument(
+        "--node-block-list", nargs="+", default=None, metavar="NAME", help="nodes left in float32"
+    )
+    p.add_argument(
+        "--min-positive-val",
+        type=_positive,
+        default=5.96e-08,
+        metavar="X",
+        help="smaller magnitudes become X (default 5.96e-08, float16's smallest subnormal)",
+    )
+    p.add_argument(
+        "--max-finite-val",
+        type=_positive,
+        default=65504.0,
+        metavar="X",
+        help="larger finite magnitudes become X (default 65504, float16's largest)",
+    )
+    add_layout_flags(
+        p,
+        weights="the new weights file, inside DST's folder (default: DST.data)",
+        threshold=1024,
+        threshold_help="tensors of fewer bytes stay inline in DST (default: 1024)",
+        shard_example="model-00001-of-00003.onnx.data",
+        chunk_size=False,
+    )
+    add_write_flags(p, "model")
+    p.set_defaults(func=cmd_convert)

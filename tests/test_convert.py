@@ -1,0 +1,268 @@
+"""convert_float_to_float16: the graph of onnxruntime's converter, the same weights bit for
+bit, without loading them; a sorted graph the checker accepts; in place; the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnx.numpy_helper as onh
+import pytest
+
+import onnx_light.onnx as onnxl
+
+ort = pytest.importorskip("onnxruntime")
+float16 = pytest.importorskip("onnxruntime.transformers.float16")
+
+F, H = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
+
+
+def _model(folder, name="src.onnx", topk=True, extreme=True) -> str:
+    """An MLP with a TopK (blocked by default) and a weight holding values float16
+    cannot (an overflow, underflows), its weights in src.data."""
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((64, 128)).astype(np.float32)
+    if extreme:
+        w1.flat[:6] = [1e6, -7e4, 1e-9, -3e-8, 65519.0, np.float32(65520.0)]
+    w2 = (rng.standard_normal((128, 32)) * 0.05).astype(np.float32)
+    b1 = rng.standard_normal(128).astype(np.float32)
+    nodes = [
+        oh.make_node("MatMul", ["X", "W1"], ["H0"], name="mm1"),
+        oh.make_node("Add", ["H0", "B1"], ["H1"], name="add1"),
+        oh.make_node("Relu", ["H1"], ["H2"], name="relu"),
+        oh.make_node("MatMul", ["H2", "W2"], ["Y"], name="mm2"),
+    ]
+    outputs = [oh.make_tensor_value_info("Y", F, [2, 32])]
+    inits = [onh.from_array(w1, "W1"), onh.from_array(b1, "B1"), onh.from_array(w2, "W2")]
+    if topk:
+        nodes.append(oh.make_node("TopK", ["Y", "K"], ["V", "I"], name="topk"))
+        inits.append(onh.from_array(np.array([3], np.int64), "K"))
+        outputs += [
+            oh.make_tensor_value_info("V", F, [2, 3]),
+            oh.make_tensor_value_info("I", onnx.TensorProto.INT64, [2, 3]),
+        ]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("X", F, [2, 64])], outputs, inits)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    path = os.path.join(folder, name)
+    onnx.save(model, path, save_as_external_data=True, location="src.data", size_threshold=1024)
+    return path
+
+
+def _usual(src: str, dst: str, **kwargs) -> None:
+    """The usual recipe: onnx.load with the weights, onnxruntime's converter, onnx.save."""
+    model = float16.convert_float_to_float16(onnx.load(src), **kwargs)
+    onnx.save(model, dst, save_as_external_data=True, location=os.path.basename(dst) + ".data")
+
+
+def _digest(folder) -> dict[str, str]:
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                out[name] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def _tensors(path: str) -> dict[str, onnx.TensorProto]:
+    return {t.name: t for t in onnx.load(path).graph.initializer}
+
+
+def _node_key(node: onnx.NodeProto):
+    attrs = tuple(sorted((a.name, a.SerializeToString()) for a in node.attribute))
+    return (node.op_type, node.name, tuple(node.input), tuple(node.output), attrs)
+
+
+def _run(path: str, x: np.ndarray) -> list[np.ndarray]:
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0]
+    feed = x.astype(np.float16) if name.type == "tensor(float16)" else x
+    return session.run(None, {name.name: feed})
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"keep_io_types": True},
+        {"op_block_list": [], "keep_io_types": True},
+        {"node_block_list": ["mm2"]},
+        {"force_fp16_initializers": True},
+        {"min_positive_val": 1e-7, "max_finite_val": 1e4},
+    ],
+    ids=["defaults", "keep-io", "no-block-list", "node-block", "force-init", "clip-1e-7-1e4"],
+)
+def test_the_graph_and_the_weights_of_onnxruntimes_converter(tmp_path, kwargs):
+    src = _model(tmp_path)
+    before = _digest(tmp_path)
+    ours = str(tmp_path / "ours.onnx")
+    theirs = str(tmp_path / "theirs.onnx")
+    result = onnxl.convert_float_to_float16(src, ours, **kwargs)
+    _usual(src, theirs, **kwargs)
+    assert {k: v for k, v in _digest(tmp_path).items() if k in before} == before  # sources
+    mine, usual = onnx.load(ours), onnx.load(theirs)
+    assert Counter(map(_node_key, mine.graph.node)) == Counter(map(_node_key, usual.graph.node))
+    a, b = _tensors(ours), _tensors(theirs)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].data_type == b[name].data_type, name
+        assert onh.to_array(a[name]).tobytes() == onh.to_array(b[name]).tobytes(), name
+    onnx.checker.check_model(ours, full_check=True)  # sorted, typed: the checker accepts it
+    x = np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)
+    for got, expected in zip(_run(ours, x), _run(theirs, x), strict=True):
+        assert got.dtype == expected.dtype and got.tobytes() == expected.tobytes()
+    assert result.converted == sum(
+        t.data_type == H and t.data_location == onnx.TensorProto.EXTERNAL
+        for t in onnx.load(ours, load_external_data=False).graph.initializer
+    )
+
+
+def test_clipped_values_are_counted_per_tensor(tmp_path):
+    src = _model(tmp_path)
+    result = onnxl.convert_float_to_float16(src, tmp_path / "m16.onnx")
+    # 1e6, -7e4, 65519 and 65520 beyond 65504; 1e-9 and -3e-8 under 5.96e-08 (65519 would
+    # round to 65504 anyway: the rule counts what it clips, as onnxruntime's converter)
+    assert result.clipped == {"W1": 6}
+    assert result.values_clipped == 6
+    w1 = onh.to_array(_tensors(str(tmp_path / "m16.onnx"))["W1"]).ravel()
+    assert list(w1[:6]) == [
+        65504,
+        -65504,
+        np.float16(5.96e-08),
+        -np.float16(5.96e-08),
+        65504,
+        65504,
+    ]
+    plain = onnxl.convert_float_to_float16(
+        _model(tmp_path, "plain.onnx", extreme=False), tmp_path / "p16.onnx"
+    )
+    assert plain.clipped == {} and plain.values_clipped == 0
+
+
+def test_bytes_read_and_written(tmp_path):
+    src = _model(tmp_path, topk=False)
+    result = onnxl.convert_float_to_float16(src, tmp_path / "m16.onnx", alignment=0)
+    weights = (64 * 128 + 128 * 32) * 4  # W1 and W2 (B1, 512 bytes, is inline)
+    assert result.converted == 2 and result.converted_inline == 1
+    assert result.bytes_read == weights and result.bytes_written == weights // 2
+    assert result.size == os.path.getsize(tmp_path / "m16.onnx.data") == weights // 2
+    assert result.weights_paths == [str(tmp_path / "m16.onnx.data")]
+
+
+def test_in_place_one_commit_and_the_old_weights_reported(tmp_path):
+    src = _model(tmp_path)
+    expected = str(tmp_path / "expected.onnx")
+    onnxl.convert_float_to_float16(src, expected)
+    result = onnxl.convert_float_to_float16(src, src)
+    assert [os.path.basename(p) for p in result.unreferenced] == ["src.data"]
+    assert result.removed == []
+    assert os.path.exists(tmp_path / "src.data")
+    a, b = _tensors(src), _tensors(expected)
+    assert {k: onh.to_array(v).tobytes() for k, v in a.items()} == {
+        k: onh.to_array(v).tobytes() for k, v in b.items()
+    }
+    again = _model(tmp_path / ".." / tmp_path.name, name="second.onnx")
+    pruned = onnxl.convert_float_to_float16(again, again, remove_unreferenced=True)
+    assert not pruned.unreferenced or pruned.removed == pruned.unreferenced
+
+
+def test_a_truncated_source_fails_before_anything_is_written(tmp_path):
+    src = _model(tmp_path)
+    os.truncate(tmp_path / "src.data", os.path.getsize(tmp_path / "src.data") - 8)
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(onnxl.ExternalDataError, match="W2"):
+        onnxl.convert_float_to_float16(src, tmp_path / "m16.onnx")
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_a_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
+    from onnx_light.onnx._write import cast as cast_module
+
+    src = _model(tmp_path)
+    before = _digest(tmp_path)
+
+    def boom(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cast_module, "convert", boom)
+    with pytest.raises(OSError, match="No space"):
+        onnxl.convert_float_to_float16(src, src)  # in place: the old model stays
+    assert _digest(tmp_path) == before
+
+
+def test_bad_settings_are_refused(tmp_path):
+    src = _model(tmp_path)
+    with pytest.raises(ValueError, match="min_positive_val"):
+        onnxl.convert_float_to_float16(src, tmp_path / "a.onnx", min_positive_val=1e-9)
+    with pytest.raises(ValueError, match="max_finite_val"):
+        onnxl.convert_float_to_float16(src, tmp_path / "a.onnx", max_finite_val=1e5)
+    with pytest.raises(TypeError, match="progress"):
+        onnxl.convert_float_to_float16(src, tmp_path / "a.onnx", progress=3)
+    with pytest.raises(FileNotFoundError):
+        onnxl.convert_float_to_float16(tmp_path / "missing.onnx", tmp_path / "a.onnx")
+    assert not (tmp_path / "a.onnx").exists()
+
+
+def test_progress_reaches_the_total(tmp_path):
+    calls = []
+    onnxl.convert_float_to_float16(
+        _model(tmp_path), tmp_path / "m16.onnx", progress=lambda d, t: calls.append((d, t))
+    )
+    assert calls and calls[-1][0] == calls[-1][1] > 0
+    assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))
+
+
+# -- the command line -----------------------------------------------------------------
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "onnx_light", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def test_cli_convert_writes_what_the_function_writes(tmp_path):
+    src = _model(tmp_path)
+    onnxl.convert_float_to_float16(src, tmp_path / "api.onnx", keep_io_types=True)
+    proc = _cli("convert", src, tmp_path / "cli.onnx", "--to", "float16", "--keep-io-types")
+    assert proc.returncode == 0, proc.stderr
+    assert "converted 2 external tensors and 1 inline" in proc.stdout
+    assert "clipped 6 values" in proc.stdout and "W1 (6)" in proc.stdout
+    a, b = _tensors(str(tmp_path / "api.onnx")), _tensors(str(tmp_path / "cli.onnx"))
+    assert {k: onh.to_array(v).tobytes() for k, v in a.items()} == {
+        k: onh.to_array(v).tobytes() for k, v in b.items()
+    }
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--to", "bfloat16"], "only float16"),
+        (["--to", "int8"], "only float16"),
+        ([], "--to"),
+        (["--to", "float16", "--max-finite-val", "-1"], "positive"),
+        (["--to", "float16", "--min-positive-val", "x"], "not a number"),
+    ],
+)
+def test_cli_usage_errors_exit_2(tmp_path, args, message):
+    src = _model(tmp_path)
+    proc = _cli("convert", src, tmp_path / "out.onnx", *args)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_cli_library_errors_exit_1(tmp_path):
+    src = _model(tmp_path)
+    proc = _cli("convert", src, tmp_path / "out.onnx", "--to", "float16", "--max-finite-val", "1e5")
+    assert proc.returncode == 1 and "max_finite_val" in proc.stderr
+    assert proc.stderr.count("\n") == 1  # one line, no traceback
