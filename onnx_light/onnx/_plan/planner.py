@@ -31,7 +31,6 @@ from .._read.external import InlineSpans, TensorRef, check_length, check_movable
 from .._read.sources import SourceFile
 from .._read.tensors import TensorSite, is_external, tensor_nbytes, typed_bytes
 
-
 __all__ = ["Fate", "Item", "Kind", "Mode", "Plan", "decide", "plan_tensors"]
 
 if TYPE_CHECKING:

@@ -38,7 +38,6 @@ from .._errors import ExternalDataError, Lazy, shown
 from .sources import SourceFile, SourceFiles
 from .tensors import TensorSite, tensor_nbytes
 
-
 __all__ = [
     "InlineSpans",
     "PLACED",
