@@ -18,6 +18,7 @@ ORDER = [
     "plot_align_external_data_streaming.py",
     "plot_save_model_with_shared_external_data.py",
     "plot_deduplicate_external_data.py",
+    "plot_convert_float16.py",
     "plot_onnxruntime_loading_memory.py",
     "plot_load_save_time.py",
     "plot_threads_load_save.py",

@@ -35,6 +35,11 @@ CONCLUSIONS = {
         r"\d+ tensors: offsets aligned to 4096, lengths and bytes equal",
         r"peak memory: streaming at most \+[\d.]+ MiB, in memory at least \+[\d.]+ MiB.*",
     ],
+    "plot_convert_float16.py": [
+        r"\d+ tensors: the same float16 bytes in both outputs",
+        r"onnxruntime: outputs \(\d+, \d+\) identical; largest difference to float32: \S+",
+        r"peak memory: onnx-light at most \+[\d.]+ MiB, the usual recipe at least \+[\d.]+ MiB.*",
+    ],
     "plot_deduplicate_external_data.py": [
         r"[\d.]+ MiB of tensors -> [\d.]+ MiB written, \d+ groups of tensors share a range",
         r"same outputs, checker passes, for encoder_model, decoder_model, decoder_with_past_model",
