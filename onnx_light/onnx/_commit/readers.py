@@ -79,13 +79,14 @@ def files_read_by(model_path: str, listings: Listings) -> set[str]:
     folder = os.path.dirname(model_path)
     with SourceFiles() as files:
         model, spans = scan_model(model_path, files)
-    found = set()
+    locations = set()
     for site in iter_tensors(model):
         if is_external(site.tensor):
             entries = read_entries(site)
             if not spans.holds(entries):
-                found.add(stored_spelling(os.path.join(folder, entries["location"]), listings))
-    return found
+                locations.add(entries["location"])
+    # each location resolved once: 200,000 tensors share a handful of files
+    return {stored_spelling(os.path.join(folder, loc), listings) for loc in locations}
 
 
 def readers(

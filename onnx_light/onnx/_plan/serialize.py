@@ -183,13 +183,20 @@ def _encode(msg, trie: dict) -> list:
 
 
 def _merge(pieces: list) -> list:
-    """Adjacent bytes pieces joined: fewer, longer writes."""
+    """Adjacent bytes pieces joined: fewer, longer writes (each run joined once:
+    ``+=`` on bytes copies, which made 40,000 tensors take 10 s)."""
     out: list = []
+    run: list[bytes] = []
     for piece in pieces:
-        if isinstance(piece, bytes) and out and isinstance(out[-1], bytes):
-            out[-1] += piece
-        else:
-            out.append(piece)
+        if isinstance(piece, bytes):
+            run.append(piece)
+            continue
+        if run:
+            out.append(b"".join(run))
+            run = []
+        out.append(piece)
+    if run:
+        out.append(b"".join(run))
     return out
 
 
