@@ -81,8 +81,8 @@ def _bits(a: np.ndarray) -> np.ndarray:
 )
 def test_each_conversion_is_the_library_cast_bit_for_bit(src, dst, reference):
     values = _edges32()
-    data = values.astype(np.float64).tobytes() if src == DOUBLE else values.tobytes()
     with np.errstate(over="ignore", invalid="ignore"):
+        data = values.astype(np.float64).tobytes() if src == DOUBLE else values.tobytes()
         expected = np.asarray(reference(values))
         out, clipped = convert(data, Conversion(src, dst))
     if dst == BFLOAT16:
@@ -94,6 +94,8 @@ def test_each_conversion_is_the_library_cast_bit_for_bit(src, dst, reference):
     assert np.array_equal(np.signbit(out.astype(np.float32)), np.signbit(values))
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_widening_is_exact():
     half = _edges32().astype(np.float16)
     out, _ = convert(half.tobytes(), Conversion(FLOAT16, FLOAT))
@@ -302,3 +304,66 @@ def test_inline_tensors_the_tool_converted_stay_as_written(tmp_path, weights):
     onnxl.save_edited(model, src, tmp_path / "dst.onnx")
     saved = {t.name: t for t in onnx.load(tmp_path / "dst.onnx").graph.initializer}
     assert saved["S"].raw_data == small.raw_data
+
+
+def _many(folder, n: int, lead: int = 100) -> tuple[str, np.ndarray]:
+    """``n`` float32 tensors of 16 values, following on in one data file after a table."""
+    rng = np.random.default_rng(5)
+    values = rng.standard_normal((n, 16)).astype(np.float32)
+    inits = []
+    for i in range(n):
+        t = onnx.TensorProto(name=f"t{i}", data_type=onnx.TensorProto.FLOAT, dims=[16])
+        t.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (
+            ("location", "m.data"),
+            ("offset", str(lead + 64 * i)),
+            ("length", "64"),
+        ):
+            t.external_data.add(key=key, value=value)
+        inits.append(t)
+    out = oh.make_tensor_value_info("t0", onnx.TensorProto.FLOAT, [16])
+    model = oh.make_model(oh.make_graph([], "many", [], [out], inits))
+    with open(os.path.join(folder, "m.data"), "wb") as f:
+        f.write(bytes(lead) + values.tobytes())
+    path = os.path.join(folder, "m.onnx")
+    onnx.save(model, path)
+    return path, values
+
+
+@pytest.mark.parametrize("alignment", [4096, 0])
+def test_small_tensors_batched_between_copied_ones(tmp_path, alignment):
+    """Tiny tensors are converted in batches; a tensor that is copied, not cast, placed
+    between two cast ones (the layout follows the model's order, not the source's) is
+    never overwritten by a batch's span."""
+    src, values = _many(tmp_path, 700)
+    model = onnxl.load(src, load_external_data=False)
+    tensors = list(model.graph.initializer)
+    cast, copied = tensors[:600], tensors[600:]  # the first 600 follow on in the source
+    for t in cast:
+        t.data_type = onnx.TensorProto.FLOAT16
+    order = []
+    for i, t in enumerate(cast):
+        order.append(t)
+        if i % 6 == 5:
+            order.append(copied[i // 6])
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(order)
+    onnxl.save_edited(model, src, tmp_path / "out.onnx", alignment=alignment)
+    saved = {t.name: onh.to_array(t) for t in onnx.load(tmp_path / "out.onnx").graph.initializer}
+    for i in range(700):
+        expected = values[i].astype(np.float16) if i < 600 else values[i]
+        assert saved[f"t{i}"].tobytes() == expected.tobytes(), i
+
+
+def test_clipped_counts_per_tensor_inside_a_batch(tmp_path):
+    src, values = _many(tmp_path, 40)
+    with open(tmp_path / "m.data", "r+b") as f:  # t5 holds two overflows, t9 one underflow
+        f.seek(100 + 64 * 5)
+        f.write(np.float32([1e5, -2e5]).tobytes())
+        f.seek(100 + 64 * 9 + 8)
+        f.write(np.float32([1e-9]).tobytes())
+    result = onnxl.convert_float_to_float16(
+        src, tmp_path / "out.onnx", force_fp16_initializers=True
+    )
+    assert result.converted == 40
+    assert result.clipped == {"t5": 2, "t9": 1}

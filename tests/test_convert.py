@@ -266,3 +266,52 @@ def test_cli_library_errors_exit_1(tmp_path):
     proc = _cli("convert", src, tmp_path / "out.onnx", "--to", "float16", "--max-finite-val", "1e5")
     assert proc.returncode == 1 and "max_finite_val" in proc.stderr
     assert proc.stderr.count("\n") == 1  # one line, no traceback
+
+
+def test_a_model_whose_weights_exceed_2_gib(tmp_path):
+    """The graph, its shape inference and the checker run on the model without its
+    weights: 2.4 GiB of float32 (a sparse file, a few values set) converts as any other,
+    and the result runs in onnxruntime."""
+    n, dim = 3, 14336  # three 14336 x 14336 float32 weights: 784 MiB each
+    size = dim * dim * 4
+    nodes, inits = [], []
+    for i in range(n):
+        t = onnx.TensorProto(name=f"W{i}", data_type=F, dims=[dim, dim])
+        t.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (
+            ("location", "big.data"),
+            ("offset", str(i * size)),
+            ("length", str(size)),
+        ):
+            t.external_data.add(key=key, value=value)
+        inits.append(t)
+        nodes.append(oh.make_node("MatMul", ["X" if i == 0 else f"H{i - 1}", f"W{i}"], [f"H{i}"]))
+    graph = oh.make_graph(
+        nodes,
+        "big",
+        [oh.make_tensor_value_info("X", F, [1, dim])],
+        [oh.make_tensor_value_info(f"H{n - 1}", F, [1, dim])],
+        inits,
+    )
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]), tmp_path / "big.onnx")
+    marks = {i * size: np.float32(1.5 + i) for i in range(n)}  # W_i[0, 0]
+    with open(tmp_path / "big.data", "wb") as f:
+        f.truncate(n * size)  # sparse: zeros that take no disk
+        for offset, value in marks.items():
+            f.seek(offset)
+            f.write(value.tobytes())
+    assert n * size > 2**31
+    result = onnxl.convert_float_to_float16(tmp_path / "big.onnx", tmp_path / "big16.onnx")
+    assert result.converted == n and result.bytes_read == n * size
+    assert os.path.getsize(tmp_path / "big16.onnx.data") == n * size // 2  # 4096-aligned sizes
+    onnx.checker.check_model(str(tmp_path / "big16.onnx"))
+    loaded = onnx.load(tmp_path / "big16.onnx", load_external_data=False)
+    assert all(t.data_type == H for t in loaded.graph.initializer)
+    with open(tmp_path / "big16.onnx.data", "rb") as f:
+        for i in range(n):
+            f.seek(i * size // 2)
+            assert np.frombuffer(f.read(2), np.float16)[0] == 1.5 + i
+    x = np.zeros((1, dim), np.float16)
+    x[0, 0] = 1
+    (y,) = ort.InferenceSession(str(tmp_path / "big16.onnx")).run(None, {"X": x})
+    assert y[0, 0] == np.float16(1.5 * 2.5 * 3.5) and np.count_nonzero(y) == 1

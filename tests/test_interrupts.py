@@ -309,3 +309,53 @@ def test_interrupted_dedup_leaves_old_or_new(in_place, model, tmp_path):
             )
     assert not bad, f"{counts}, {len(bad)} bad trials, e.g.\n" + "\n".join(bad[:3])
     assert counts["old"] and counts["new"], f"{counts}: both outcomes must occur"
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["inplace", "newdir"])
+def test_interrupted_convert_leaves_old_or_new(in_place, model, tmp_path):
+    """Converting to float16 (chunks cast on a pool of threads): interrupted, the folder
+    is the float32 model or the float16 one."""
+    proto, weights = model
+    template, work = str(tmp_path / "template"), str(tmp_path / "work")
+    src_dir = template if in_place else os.path.join(template, "src")
+    os.makedirs(src_dir)
+    opts = onnxl.SerializeOptions(SRC_ALIGN, size_threshold=1000)
+    onnxl.save(proto, os.path.join(src_dir, "m.onnx"), location="m.onnx.data", options=opts)
+    if not in_place:
+        os.mkdir(os.path.join(template, "out"))
+    src = os.path.join(work, "m.onnx") if in_place else os.path.join(work, "src", "m.onnx")
+    dst = src if in_place else os.path.join(work, "out", "m.onnx")
+
+    def call(progress) -> None:
+        onnxl.convert_float_to_float16(src, dst, "m.onnx.data", progress=progress)
+
+    def reset() -> None:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(template, work)
+
+    old = snapshot(template)
+    reset()
+    status, output, duration = run_trial(call)
+    assert child_problem(status, None, output) is None, output
+    new = snapshot(work)
+    half = {n: a.astype(np.float16) for n, a in weights.items()}
+    assert new != old and loads_expected(dst, half)
+    rng = random.Random(91 + in_place)
+    counts, bad = {"old": 0, "new": 0, "mix": 0}, []
+    for i, sig in enumerate([signal.SIGINT] * 24 + [signal.SIGTERM] * 6):
+        mode = "fork" if i % 2 == 0 else "progress"
+        delay = rng.uniform(0, 1.2 * duration) if mode == "fork" else rng.uniform(0, 0.012)
+        reset()
+        status, output, _ = run_trial(call, sig, mode, delay)
+        problem = child_problem(status, sig, output)
+        if problem:
+            bad.append(f"trial {i}: {problem}")
+        now = snapshot(work)
+        kind = "old" if now == old else "new" if now == new else "mix"
+        counts[kind] += 1
+        if kind == "mix":
+            bad.append(
+                f"trial {i} ({delay * 1000:.2f} ms after {mode}): a mix: {describe_mix(now, old, new)}"
+            )
+    assert not bad, f"{counts}, {len(bad)} bad trials, e.g.\n" + "\n".join(bad[:3])
+    assert counts["old"] and counts["new"], f"{counts}: both outcomes must occur"

@@ -21,9 +21,10 @@ from ._commit.prune import remove, unreferenced
 from ._commit.targets import destination_path, is_in_place, weights_destination
 from ._graph.float16 import convert_graph
 from ._options import SerializeOptions, check_progress, check_size_threshold
-from ._plan.cast import FLOAT, FLOAT16, Conversion, conversion_for, dtypes_by_reference, find_casts
+from ._plan.cast import FLOAT, FLOAT16, Cast, Conversion
 from ._read.scan import scan_model
 from ._read.sources import SourceFiles, kernel_path
+from ._read.tensors import iter_tensors
 from ._write.save_plan import SavePlan
 from ._write.shards import default_weights
 
@@ -67,16 +68,16 @@ class ConvertResult:
         return sum(self.clipped.values())
 
 
-def _clipping(min_positive_val: float, max_finite_val: float):
-    """The conversion of each (source dtype, new dtype): float32 -> float16 clipped
-    as onnxruntime's converter clips, any other as numpy casts."""
-
-    def conversion(src: int, dst: int) -> Conversion | None:
-        if (src, dst) == (FLOAT, FLOAT16):
-            return Conversion(FLOAT, FLOAT16, float(min_positive_val), float(max_finite_val))
-        return conversion_for(src, dst)
-
-    return conversion
+def _casts(model, external, min_positive_val: float, max_finite_val: float) -> dict:
+    """``{tensor path: Cast}`` of the external tensors the graph rules retyped: their
+    float32 bytes clipped and cast as onnxruntime's converter does."""
+    conversion = Conversion(FLOAT, FLOAT16, float(min_positive_val), float(max_finite_val))
+    retyped = {id(tensor) for _, tensor in external}
+    return {
+        site.path: Cast(conversion, site)
+        for site in iter_tensors(model)
+        if id(site.tensor) in retyped
+    }
 
 
 def convert_float_to_float16(
@@ -199,7 +200,6 @@ def convert_float_to_float16(
     with SourceFiles() as files:
         with folder_lock(os.path.dirname(src), shared=True):
             model, _ = scan_model(src, files)
-            dtypes = dtypes_by_reference(model)  # before the graph changes them
         graph = convert_graph(
             model,
             keep_io_types=keep_io_types,
@@ -209,9 +209,9 @@ def convert_float_to_float16(
             max_finite_val=max_finite_val,
             force_fp16_initializers=force_fp16_initializers,
         )
-        casts = find_casts(model, lambda: dtypes, src, _clipping(min_positive_val, max_finite_val))
+        casts = _casts(model, graph.external, min_positive_val, max_finite_val)
         plan = SavePlan(model, dst, dst_weights_path, options, files, casts)
-        size = plan.write(progress=progress, drop_behind=drop_behind)
+        size = plan.write(progress=progress, drop_behind=drop_behind, own=True)
         sources = plan.plan.sources
     stale, removed = [], []
     if in_place:

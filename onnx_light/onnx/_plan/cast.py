@@ -92,6 +92,10 @@ class Conversion:
         """The byte length ``length`` bytes of ``src`` values take as ``dst``."""
         return length // ITEMSIZE[self.src] * ITEMSIZE[self.dst]
 
+    def source_length(self, length: int) -> int:
+        """The byte length of the ``src`` values that become ``length`` bytes of ``dst``."""
+        return length // ITEMSIZE[self.dst] * ITEMSIZE[self.src]
+
     def fits(self, length: int) -> bool:
         """True when ``length`` bytes are a whole number of ``src`` values."""
         return length % ITEMSIZE[self.src] == 0

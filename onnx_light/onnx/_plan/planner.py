@@ -182,7 +182,7 @@ class Plan:
                     "(give the save a weights location)"
                 )
             size = ref.cast.conversion.length(ref.length)
-            self.items.append(Item(ref.cast.site, size, ref, ref.entries))
+            self.items.append(Item(ref.site, size, ref, ref.entries))
         elif into_weights:
             self.items.append(Item(ref.site, ref.length, ref, ref.entries))
         else:
@@ -247,9 +247,9 @@ def plan_tensors(
         elif ref is not None:  # into the weights files, or spliced into the .onnx
             if kind is Kind.OWN and fate is Fate.WEIGHTS:  # inline bytes moving out
                 check_movable(site)
-                check_length(ref.site, ref.length, ref.file)  # its source dtype, if cast
+                check_length(site, ref.length, ref.file, ref.cast)
             elif small:  # an external tensor coming back inline
-                check_length(ref.site, ref.length, ref.file)
+                check_length(site, ref.length, ref.file, ref.cast)
             plan.copy(ref, into_weights=fate is Fate.WEIGHTS)
             plan.inlined += small
         elif kind is not Kind.EMPTY:  # stays in the model (a typed field that cannot convert too)

@@ -78,8 +78,8 @@ class TensorRef:
         length: number of bytes.
         entries: the tensor's ``external_data`` as an ordered dict (other keys
             such as ``checksum`` are carried along).
-        cast: when the edited tensor gives these bytes another dtype, how they
-            are converted (``site`` is then the tensor as the source has it).
+        cast: when the tensor gives these bytes another dtype than they have
+            in the source, how they are converted.
     """
 
     site: TensorSite
@@ -259,13 +259,22 @@ def _check_external_tensor(site: TensorSite, location: str) -> None:
         )
 
 
-def check_length(site: TensorSite, length: int, file: str) -> None:
+def check_length(site: TensorSite, length: int, file: str, cast: Cast | None = None) -> None:
     """Refuse bytes that do not match the tensor's dtype x dims (when both are known).
+
+    Args:
+        site: the tensor.
+        length: the bytes its reference holds.
+        file: where they are, for the message.
+        cast: when its bytes change dtype, the bytes are checked against the
+            source dtype x dims.
 
     Raises:
         ExternalDataError: naming the tensor and the file.
     """
     expected = tensor_nbytes(site.tensor)
+    if cast is not None and expected is not None:
+        expected = cast.conversion.source_length(expected)
     if expected is not None and expected != length:
         raise ExternalDataError(
             f"tensor {site.label} in {shown(file)}: length {length} does not match "
@@ -322,11 +331,14 @@ class Resolver:
         self._sources: dict[str, SourceFile] = {}  # location -> its checked, open file
         self._inline_source = inline.source if inline is not None else None
 
-    def resolve(self, site: TensorSite) -> TensorRef:
+    def resolve(self, site: TensorSite, cast: Cast | None = None) -> TensorRef:
         """Validate the reference of an EXTERNAL tensor.
 
         Args:
             site: the tensor (its ``data_location`` must be EXTERNAL).
+            cast: when its bytes change dtype on the way, how: the length is
+                then checked against the source dtype, and the reference
+                carries it.
 
         Returns:
             The validated :class:`TensorRef`.
@@ -363,8 +375,8 @@ class Resolver:
                 f"run past the end of the file ({size} bytes)"
             )
         if source is not self._inline_source:  # inline bytes are checked if they move
-            check_length(site, length, file)
-        return TensorRef(site, source, offset, length, entries)
+            check_length(site, length, file, cast)
+        return TensorRef(site, source, offset, length, entries, cast)
 
 
 PLACED = frozenset(("location", "offset", "length"))

@@ -32,6 +32,8 @@ from .copy import pwrite_all
 __all__ = ["CAST_CHUNK", "convert", "write_casts"]
 
 CAST_CHUNK = 8 * 1024 * 1024  # source bytes per chunk (a multiple of every value size)
+SMALL = 64 * 1024  # tensors of at most this many bytes may be batched
+BATCH = 4 * 1024 * 1024  # the most a batch reads, and the most it writes
 _NUMPY = {FLOAT: np.float32, FLOAT16: np.float16, DOUBLE: np.float64}
 
 
@@ -70,16 +72,24 @@ def convert(data: memoryview | bytes, conversion: Conversion) -> tuple[np.ndarra
 
 def write_casts(
     fd: int,
-    jobs: list[tuple[Item, int]],
+    jobs: list[tuple[int, Item, int]],
     files: SourceFiles,
     advance: Callable[[int], None],
     threads: int = 2,
 ) -> None:
     """Read, convert and write every cast tensor of ``jobs`` at its offset in ``fd``.
 
+    A large tensor is cut into chunks of :data:`CAST_CHUNK` source bytes; small
+    tensors that follow on in the source and sit next to each other in the
+    layout are batched (one read, one conversion, one write of their span, as
+    the copy engine batches small runs), so 200,000 tiny tensors cost a few
+    hundred system calls. Chunks and batches are converted ``threads`` at once.
+
     Args:
         fd: the destination weights file, open for writing.
-        jobs: ``(item, destination offset)`` of the tensors whose ``cast`` is set.
+        jobs: ``(position in the layout, item, destination offset)`` of the
+            tensors whose ``cast`` is set, in the layout's order (a batch never
+            spans a position that is not a cast: its padding is written too).
         files: the call's source files (each read through its open descriptor).
         advance: called with the bytes written after each chunk (progress).
         threads: chunks converted at once.
@@ -88,47 +98,90 @@ def write_casts(
         TruncatedFileError: a source ended before a tensor's last byte.
         OSError: disk full, I/O error.
     """
-    chunks = [c for item, offset in jobs for c in _chunks(item, offset)]
-    if not chunks:
+    pieces = list(_pieces(jobs))
+    if not pieces:
         return
     local = threading.local()
     lock = threading.Lock()
 
-    def run(chunk) -> None:
-        item, src_off, length, dst_off = chunk
-        ref, cast = item.ref, item.cast
+    def run(piece: list[tuple[Item, int, int, int]]) -> None:
+        first, last = piece[0], piece[-1]
+        item, start = first[0], first[1]
+        length = last[1] + last[2] - start
         buf = getattr(local, "buf", None)
         if buf is None or len(buf) < length:
             buf = local.buf = bytearray(max(length, CAST_CHUNK))
         view = memoryview(buf)[:length]
-        with files.lease(ref.source) as src:
-            if read_upto(src, view, src_off) != length:
+        with files.lease(item.ref.source) as src:
+            if read_upto(src, view, start) != length:
                 raise TruncatedFileError(
-                    f"tensor {item.site.label} in {shown(ref.file)}: the file ends before "
-                    f"byte {src_off + length} (truncated while reading?)"
+                    f"tensor {last[0].site.label} in {shown(item.ref.file)}: the file ends "
+                    f"before byte {start + length} (truncated while reading?)"
                 )
-        out, clipped = convert(view, cast.conversion)
-        pwrite_all(fd, memoryview(out).cast("B"), dst_off)
+        conversion = item.cast.conversion
+        out, clipped = convert(view, conversion)
+        data = memoryview(out).cast("B")
+        if len(piece) > 1:  # a batch: its span written once, padding included
+            span = bytearray(last[3] + conversion.length(last[2]) - first[3])
+            for part in piece:
+                at = conversion.length(part[1] - start)
+                size = conversion.length(part[2])
+                span[part[3] - first[3] : part[3] - first[3] + size] = data[at : at + size]
+            data = span
+        pwrite_all(fd, data, first[3])
+        counts = [(item.cast, clipped)]
+        if clipped and len(piece) > 1:  # rare: which tensors of the batch were clipped
+            counts = [
+                (
+                    part[0].cast,
+                    convert(view[part[1] - start : part[1] - start + part[2]], conversion)[1],
+                )
+                for part in piece
+            ]
         with lock:  # progress is told from one thread at a time
-            cast.clipped += clipped
-            advance(out.nbytes)
+            for cast, count in counts:
+                cast.clipped += count
+            advance(sum(conversion.length(part[2]) for part in piece))
 
-    if threads <= 1 or len(chunks) == 1:
-        for chunk in chunks:
-            run(chunk)
+    if threads <= 1 or len(pieces) == 1:
+        for piece in pieces:
+            run(piece)
         return
     pool = ThreadPoolExecutor(threads)
     try:
-        for future in [pool.submit(run, c) for c in chunks]:
+        for future in [pool.submit(run, piece) for piece in pieces]:
             future.result()
     finally:
         pool.shutdown(cancel_futures=True)  # after a failure, the chunks not started
 
 
-def _chunks(item: Item, offset: int):
-    """``(item, source offset, source length, destination offset)`` per chunk."""
-    ref, conversion = item.ref, item.cast.conversion
-    step = CAST_CHUNK - CAST_CHUNK % ITEMSIZE[conversion.src]
-    for start in range(0, ref.length, step):
-        length = min(step, ref.length - start)
-        yield item, ref.offset + start, length, offset + conversion.length(start)
+def _pieces(jobs: list[tuple[int, Item, int]]):
+    """Lists of ``(item, source offset, source length, destination offset)``: a chunk
+    of a large tensor alone, or a batch of small neighbours (same source and
+    conversion, following on in the source, next to each other in the layout)."""
+    batch: list = []
+    last_position = None
+    for position, item, offset in jobs:
+        ref, conversion = item.ref, item.cast.conversion
+        if ref.length > SMALL:
+            step = CAST_CHUNK - CAST_CHUNK % ITEMSIZE[conversion.src]
+            for begin in range(0, ref.length, step):
+                length = min(step, ref.length - begin)
+                yield [(item, ref.offset + begin, length, offset + conversion.length(begin))]
+            continue
+        if batch:
+            head, tail = batch[0], batch[-1]
+            if (
+                position != last_position + 1
+                or ref.source is not head[0].ref.source
+                or conversion != head[0].cast.conversion
+                or ref.offset != tail[1] + tail[2]
+                or ref.offset + ref.length - head[1] > BATCH
+                or offset + conversion.length(ref.length) - head[3] > BATCH
+            ):
+                yield batch
+                batch = []
+        batch.append((item, ref.offset, ref.length, offset))
+        last_position = position
+    if batch:
+        yield batch

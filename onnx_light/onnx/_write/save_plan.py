@@ -11,7 +11,6 @@ writes. Every check runs before anything is written.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 import onnx
 
@@ -86,7 +85,7 @@ class SavePlan:
         if options.use_external_data_location:
             keep = Resolver(folder, files)
             hint = self.keep_hint or _KEEP_HINT
-            resolve, external = (lambda site: _keep(keep, site, hint)), Mode.KEEP
+            resolve, external = (lambda site, cast=None: _keep(keep, site, hint, cast)), Mode.KEEP
         else:
             resolve = _base_resolver(options.base_dir, folder, files).resolve
             external = Mode.INLINE if location is None else Mode.MOVE
@@ -178,7 +177,22 @@ class SavePlan:
             subs[ref.site.path] = Spliced(strip_raw_data(ref.site.tensor), ref)
         return subs
 
-    def write(self, *, mutate: bool = False, progress=None, drop_behind: bool | None = None) -> int:
+    def _placed(self) -> dict:
+        """Each item's tensor turned into its reference, in the model itself; the
+        inline references' substitutes (their bytes spliced, never read)."""
+        placement = self.weights.placement if self.weights is not None else []
+        for item, (location, offset) in zip(self.plan.items, placement, strict=True):
+            place(item.site.tensor, location, offset, item.size, item.entries)
+        return {r.site.path: Spliced(strip_raw_data(r.site.tensor), r) for r in self.plan.inline}
+
+    def write(
+        self,
+        *,
+        mutate: bool = False,
+        progress=None,
+        drop_behind: bool | None = None,
+        own: bool = False,
+    ) -> int:
         """Write the weights file (when any tensor goes there) and the ``.onnx``, atomically.
 
         Args:
@@ -188,6 +202,10 @@ class SavePlan:
                 are written (called once with ``(0, 0)`` when there are none).
             drop_behind: drop the copied ranges from the page cache (None: when
                 they exceed the memory available; see ``WeightsFiles.write``).
+            own: the model is the caller's own copy, to change: its tensors
+                become their references in place, instead of substitutes
+                serialized in their stead (a copy of each: the cost of a
+                model of 200,000 tensors).
 
         Returns:
             The size of the weights file (0 when none was written).
@@ -201,7 +219,8 @@ class SavePlan:
                 )
             elif progress is not None:
                 progress(0, 0)
-            finish(files, [(self.path, self.model, self.substitutions())], self.files)
+            subs = self._placed() if own else self.substitutions()
+            finish(files, [(self.path, self.model, subs)], self.files)
         if mutate and self.weights is not None:
             placement = self.weights.placement
             for item, (location, offset) in zip(self.plan.items, placement, strict=True):
@@ -218,10 +237,10 @@ _KEEP_HINT = (
 )
 
 
-def _keep(resolver: Resolver, site, hint: str = _KEEP_HINT) -> TensorRef:
+def _keep(resolver: Resolver, site, hint: str = _KEEP_HINT, cast=None) -> TensorRef:
     """Check a reference the save keeps; a failure says what to do (``hint``)."""
     try:
-        return resolver.resolve(site)
+        return resolver.resolve(site, cast)
     except FileNotFoundError as e:
         raise FileNotFoundError(f"{e}{hint}") from None
     except ExternalDataError as e:
@@ -231,17 +250,12 @@ def _keep(resolver: Resolver, site, hint: str = _KEEP_HINT) -> TensorRef:
 
 
 def _casting(resolve, casts: dict):
-    """``resolve``, but a tensor of ``casts`` is checked as the source has it (its
-    source dtype) and its reference carries the conversion."""
+    """``resolve``, but a tensor of ``casts`` is checked against its source dtype and
+    its reference carries the conversion."""
 
     def resolve_cast(site: TensorSite) -> TensorRef:
         cast = casts.get(site.path)
-        if cast is None:
-            return resolve(site)
-        tensor = onnx.TensorProto()
-        tensor.CopyFrom(site.tensor)  # metadata: an external tensor holds no bytes
-        tensor.data_type = cast.conversion.src
-        return replace(resolve(TensorSite(tensor, site.path)), cast=cast)
+        return resolve(site) if cast is None else resolve(site, cast)
 
     return resolve_cast
 

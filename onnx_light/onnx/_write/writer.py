@@ -141,13 +141,13 @@ def write_weights(
     """
     unique = [(items[i], layout.offsets[i]) for i in layout.unique]
     total = sum(item.size for item, _ in unique)
-    casts = [(item, offset) for item, offset in unique if item.cast is not None]
+    casts = [(i, item, offset) for i, (item, offset) in enumerate(unique) if item.cast is not None]
     if casts:
         unique = [(item, offset) for item, offset in unique if item.cast is None]
     file_runs = runs(unique)
     memory = [(item, offset) for item, offset in unique if item.ref is None]
     policy = copy_policy(fd)
-    _preallocate(fd, layout.total, file_runs, memory + casts, policy)
+    _preallocate(fd, layout.total, file_runs, memory + [c[1:] for c in casts], policy)
     scratch = None
     with CopyEngine(chunk_size, progress, total, policy, drop_behind) as engine:
         for group in groups(file_runs, policy, chunk_size):
