@@ -508,6 +508,52 @@ def ir_dedup(p: Paths, out: str) -> Case:
     return Case(run, [f for d in dsts for f in (d, d + ".data")])
 
 
+def convert(p: Paths, out: str) -> Case:
+    """onnx-light: ``convert_float_to_float16``, the weights cast as they stream."""
+    dst = os.path.join(out, MODEL)
+    return Case(lambda: onnxl.convert_float_to_float16(p.two, dst), [dst, dst + ".data"])
+
+
+def convert_many(p: Paths, out: str) -> Case:
+    """onnx-light: the same of 200,000 tensors of 64 bytes (``force_fp16_initializers``:
+    no node reads them, every one is converted)."""
+    dst = os.path.join(out, MODEL)
+
+    def run():
+        onnxl.convert_float_to_float16(p.many, dst, force_fp16_initializers=True)
+
+    return Case(run, [dst, dst + ".data"])
+
+
+def floor_cast(p: Paths, out: str) -> Case:
+    """The floor of a float16 conversion: one loop reading the weights file in 16 MiB
+    chunks, casting with numpy (``astype(float16)``) and writing a new file."""
+    dst = os.path.join(out, DATA)
+    step = 16 << 20
+
+    def run():
+        with open(p.two_data, "rb") as f, open(dst, "wb") as g:
+            while chunk := f.read(step):
+                g.write(np.frombuffer(chunk, np.float32).astype(np.float16).tobytes())
+
+    return Case(run, [dst])
+
+
+def ort_convert(p: Paths, out: str) -> Case:
+    """The usual recipe: ``onnx.load`` with the weights, onnxruntime's
+    ``convert_float_to_float16`` (shape inference on, as users run it), ``onnx.save``
+    with external data."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    dst = os.path.join(out, MODEL)
+
+    def run():
+        model = convert_float_to_float16(onnx.load(p.two))
+        onnx.save(model, dst, save_as_external_data=True, location=DATA)
+
+    return Case(run, [dst, os.path.join(out, DATA)])
+
+
 OPS: dict[str, Callable[[Paths, str], Case]] = {
     f.__name__: f
     for f in (
@@ -549,6 +595,10 @@ OPS: dict[str, Callable[[Paths, str], Case]] = {
         align_drop,
         align_durable,
         floor_device,
+        convert,
+        convert_many,
+        floor_cast,
+        ort_convert,
     )
 }
 # the same operations measured cold (page cache dropped first) and in a memory cgroup
@@ -556,5 +606,6 @@ for _name, _op in (("cp", cp), ("ir", ir_align), ("onnx", onnx_loadsave), ("alig
     OPS[f"cold_{_name}"] = OPS[f"cg_{_name}"] = _op
 for _name in ("align_drop", "align_durable"):
     OPS[f"cold_{_name}"] = OPS[f"cg_{_name}"] = OPS[_name]
+OPS["cg_convert"], OPS["cg_ort_convert"] = convert, ort_convert
 OPS["cold_align_seq"] = _hinted("sequential")
 OPS["cold_align_willneed"] = _hinted("willneed")

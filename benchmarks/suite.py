@@ -32,6 +32,9 @@ GROUPS = {
     "align1": (["align_single", "ir_align_single"], "single"),
     "dedup": (["dedup", "cat_both", "cat_copy", "ir_dedup"], "pair"),
     "dedupmany": (["dedup_many", "dedup_quarter"], "pair"),
+    # issue 26: float32 -> float16 without loading, against the floor and the usual recipe
+    "convert": (["convert", "floor_cast", "ort_convert"], "two"),
+    "convertmany": (["convert_many", "align_many"], "single"),
     # issue 20, at 1 GiB: durable=True and drop_behind=True, warm and cold
     "durable": (
         [
@@ -57,7 +60,10 @@ GROUPS = {
         "cold",
     ),
     # issue 20: 8 GiB in a memory cgroup of a quarter of it, cold (opt-in: minutes)
-    "cgroup": (["cg_cp", "cg_ir", "cg_onnx", "cg_align", "cg_align_drop"], "cgroup"),
+    "cgroup": (
+        ["cg_cp", "cg_ir", "cg_onnx", "cg_align", "cg_align_drop", "cg_convert", "cg_ort_convert"],
+        "cgroup",
+    ),
     # issue 20: readahead hints on a cold copy (opt-in: what decided them)
     "readahead": (["cold_align", "cold_align_seq", "cold_align_willneed"], "cold"),
 }
@@ -140,6 +146,12 @@ LABELS = {
     "floor_device": "floor: the device's direct read of the .data + direct write of as much (fio)",
     "cold_align_seq": "the re-align, cold, source advised POSIX_FADV_SEQUENTIAL",
     "cold_align_willneed": "the re-align, cold, POSIX_FADV_WILLNEED ahead of each tensor",
+    "convert": "onnxl.convert_float_to_float16 (weights cast as they stream)",
+    "convert_many": "onnxl.convert_float_to_float16, 200,000 tensors of 64 bytes",
+    "floor_cast": "floor: one loop reading 16 MiB chunks, numpy astype(float16), write",
+    "ort_convert": "onnx.load + onnxruntime's convert_float_to_float16 + onnx.save",
+    "cg_convert": "onnxl.convert_float_to_float16, cold, in the cgroup",
+    "cg_ort_convert": "onnx.load + onnxruntime's converter + onnx.save, cold, in the cgroup",
 }
 for _op in ("cp", "align", "align_drop", "align_durable"):
     LABELS[f"cold_{_op}"] = LABELS.get(_op, LABELS["align"]) + ", cold"
@@ -293,6 +305,27 @@ ROWS = [
     # linear within 25%: 4x the tensors, at most 5x the time
     Row("dedupmany", "dedup_many", "seconds", "dedup_quarter", "ratio", 5.0),
     Row("dedupmany", "dedup_many", "peak", "dedup_quarter"),
+    # issue 26: the cast is the work (numpy's float16 cast runs at ~1.3 GB/s, reading
+    # is 7x faster): at most 1.3x the one-loop floor, half the usual recipe's time,
+    # memory flat (the usual recipe holds the model, then its float16 copy)
+    Row("convert", "convert", "seconds", "floor_cast", "ratio", 1.3),
+    Row("convert", "convert", "seconds", "ort_convert", "ratio", 0.5),
+    Row("convert", "convert", "peak", "ort_convert", "abs", 64 * MiB),
+    Row("convert", "floor_cast", "seconds", "ort_convert"),
+    # the per-tensor cost: 200,000 tiny tensors within the align row's 3 s
+    Row("convertmany", "convert_many", "seconds", "align_many", "abs", 3.0),
+    Row("convertmany", "convert_many", "seconds", "align_many"),
+    Row("convertmany", "convert_many", "peak", "align_many"),
+    Row("cgroup", "cg_convert", "peak", "cg_cp", "abs", 64 * MiB),
+    Row(
+        "cgroup",
+        "cg_convert",
+        "seconds",
+        "cg_ort_convert",
+        note="the usual recipe holds the float32 model and its float16 copy: in a cgroup "
+        "of a quarter of the model the kernel OOM-kills it (the row then says so)",
+    ),
+    Row("cgroup", "cg_convert", "cg_peak", "cg_cp"),
     # issue 20: the cost of durable=True and of drop_behind=True, warm and cold
     Row(
         "durable",
