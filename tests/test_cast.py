@@ -8,7 +8,6 @@ converted while they stream: float32 -> float16 / bfloat16, float16 / bfloat16
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
@@ -18,6 +17,7 @@ import onnx.numpy_helper as onh
 import pytest
 
 import onnx_light.onnx as onnxl
+from onnx_light.bench import file_digests
 from onnx_light.onnx._plan.cast import BFLOAT16, DOUBLE, FLOAT, FLOAT16, Conversion
 from onnx_light.onnx._write import cast as cast_module
 from onnx_light.onnx._write.cast import convert
@@ -151,17 +151,6 @@ def _retyped(path: str, data_type: int, names=("W", "B")) -> onnx.ModelProto:
     return model
 
 
-def _digest(folder) -> dict[str, str]:
-    """sha256 of each file of ``folder`` (subfolders left out)."""
-    digests = {}
-    for name in sorted(os.listdir(folder)):
-        path = os.path.join(folder, name)
-        if os.path.isfile(path):
-            with open(path, "rb") as f:
-                digests[name] = hashlib.sha256(f.read()).hexdigest()
-    return digests
-
-
 @pytest.fixture
 def weights():
     rng = np.random.default_rng(1)
@@ -173,12 +162,12 @@ def weights():
 def test_float32_weights_follow_a_float16_graph(tmp_path, weights):
     ort = pytest.importorskip("onnxruntime")
     src = _model(tmp_path, weights)
-    before = _digest(tmp_path)
+    before = file_digests(tmp_path)
     edited = _retyped(src, onnx.TensorProto.FLOAT16)
     out = tmp_path / "out"
     out.mkdir()
     size = onnxl.save_edited(edited, src, out / "m16.onnx")
-    assert {k: v for k, v in _digest(tmp_path).items() if k != "out"} == before  # untouched
+    assert {k: v for k, v in file_digests(tmp_path).items() if k != "out"} == before  # untouched
     model = onnx.load(out / "m16.onnx")
     for name, array in weights.items():
         tensor = next(t for t in model.graph.initializer if t.name == name)
@@ -256,7 +245,7 @@ def test_one_range_read_as_two_dtypes_is_written_twice(tmp_path, weights):
 
 def test_sharing_writes_converted_tensors_as_new_bytes(tmp_path, weights):
     src = _model(tmp_path, weights)
-    before = _digest(tmp_path)
+    before = file_digests(tmp_path)
     model = _retyped(src, onnx.TensorProto.FLOAT16, names=("W",))
     model.graph.node[0].output[0] = "XW16"
     model.graph.node.insert(1, oh.make_node("Cast", ["XW16"], ["XW"], to=onnx.TensorProto.FLOAT))
@@ -268,7 +257,7 @@ def test_sharing_writes_converted_tensors_as_new_bytes(tmp_path, weights):
         for t in loaded.graph.initializer
     }
     assert where == {"W": "variant.onnx.data", "B": "src.data"}
-    assert {k: v for k, v in _digest(tmp_path).items() if k in before} == before
+    assert {k: v for k, v in file_digests(tmp_path).items() if k in before} == before
     everything = _retyped(src, onnx.TensorProto.FLOAT16)
     with pytest.raises(ValueError, match="change dtype"):
         onnxl.save_edited(everything, src, tmp_path / "nothing.onnx", share_weights=True)

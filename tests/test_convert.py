@@ -3,7 +3,6 @@ bit, without loading them; a sorted graph the checker accepts; in place; the CLI
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import onnx.numpy_helper as onh
 import pytest
 
 import onnx_light.onnx as onnxl
+from onnx_light.bench import file_digests
 
 ort = pytest.importorskip("onnxruntime")
 float16 = pytest.importorskip("onnxruntime.transformers.float16")
@@ -60,16 +60,6 @@ def _usual(src: str, dst: str, **kwargs) -> None:
     onnx.save(model, dst, save_as_external_data=True, location=os.path.basename(dst) + ".data")
 
 
-def _digest(folder) -> dict[str, str]:
-    out = {}
-    for name in sorted(os.listdir(folder)):
-        path = os.path.join(folder, name)
-        if os.path.isfile(path):
-            with open(path, "rb") as f:
-                out[name] = hashlib.sha256(f.read()).hexdigest()
-    return out
-
-
 def _tensors(path: str) -> dict[str, onnx.TensorProto]:
     return {t.name: t for t in onnx.load(path).graph.initializer}
 
@@ -100,12 +90,12 @@ def _run(path: str, x: np.ndarray) -> list[np.ndarray]:
 )
 def test_the_graph_and_the_weights_of_onnxruntimes_converter(tmp_path, kwargs):
     src = _model(tmp_path)
-    before = _digest(tmp_path)
+    before = file_digests(tmp_path)
     ours = str(tmp_path / "ours.onnx")
     theirs = str(tmp_path / "theirs.onnx")
     result = onnxl.convert_float_to_float16(src, ours, **kwargs)
     _usual(src, theirs, **kwargs)
-    assert {k: v for k, v in _digest(tmp_path).items() if k in before} == before  # sources
+    assert {k: v for k, v in file_digests(tmp_path).items() if k in before} == before  # sources
     mine, usual = onnx.load(ours), onnx.load(theirs)
     assert Counter(map(_node_key, mine.graph.node)) == Counter(map(_node_key, usual.graph.node))
     a, b = _tensors(ours), _tensors(theirs)
@@ -185,7 +175,7 @@ def test_a_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
     from onnx_light.onnx._write import cast as cast_module
 
     src = _model(tmp_path)
-    before = _digest(tmp_path)
+    before = file_digests(tmp_path)
 
     def boom(*args, **kwargs):
         raise OSError(28, "No space left on device")
@@ -193,7 +183,7 @@ def test_a_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(cast_module, "convert", boom)
     with pytest.raises(OSError, match="No space"):
         onnxl.convert_float_to_float16(src, src)  # in place: the old model stays
-    assert _digest(tmp_path) == before
+    assert file_digests(tmp_path) == before
 
 
 def test_bad_settings_are_refused(tmp_path):

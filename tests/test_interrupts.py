@@ -254,6 +254,43 @@ def test_interrupt_leaves_old_or_new(case, model, tmp_path):
     assert counts["old"] and counts["new"], f"{summary}: both outcomes must occur"
 
 
+def _old_or_new(call, template: str, work: str, expected: tuple[str, dict], seed: int) -> None:
+    """``call`` on a copy of ``template`` in ``work``: once uninterrupted (the new
+    state; ``expected``: the model it writes and its weights), then 24 SIGINT and 6
+    SIGTERM trials at random instants: after each, the folder must be as before or as
+    after, and both must occur."""
+
+    def reset() -> None:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(template, work)
+
+    old = snapshot(template)
+    reset()
+    status, output, duration = run_trial(call)
+    assert child_problem(status, None, output) is None, output
+    new = snapshot(work)
+    assert new != old and loads_expected(*expected)
+    rng = random.Random(seed)
+    counts, bad = {"old": 0, "new": 0, "mix": 0}, []
+    for i, sig in enumerate([signal.SIGINT] * 24 + [signal.SIGTERM] * 6):
+        mode = "fork" if i % 2 == 0 else "progress"
+        delay = rng.uniform(0, 1.2 * duration) if mode == "fork" else rng.uniform(0, 0.012)
+        reset()
+        status, output, _ = run_trial(call, sig, mode, delay)
+        problem = child_problem(status, sig, output)
+        if problem:
+            bad.append(f"trial {i}: {problem}")
+        now = snapshot(work)
+        kind = "old" if now == old else "new" if now == new else "mix"
+        counts[kind] += 1
+        if kind == "mix":
+            bad.append(
+                f"trial {i} ({delay * 1000:.2f} ms after {mode}): a mix: {describe_mix(now, old, new)}"
+            )
+    assert not bad, f"{counts}, {len(bad)} bad trials, e.g.\n" + "\n".join(bad[:3])
+    assert counts["old"] and counts["new"], f"{counts}: both outcomes must occur"
+
+
 @pytest.mark.parametrize("in_place", [True, False], ids=["inplace", "newdir"])
 def test_interrupted_dedup_leaves_old_or_new(in_place, model, tmp_path):
     """Deduplicating two models: interrupted, every model and the weights are old or new."""
@@ -280,35 +317,7 @@ def test_interrupted_dedup_leaves_old_or_new(in_place, model, tmp_path):
     def call(progress) -> None:
         onnxl.deduplicate_external_data(srcs, dsts, "shared.data", progress=progress)
 
-    def reset() -> None:
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.copytree(template, work)
-
-    old = snapshot(template)
-    reset()
-    status, output, duration = run_trial(call)
-    assert child_problem(status, None, output) is None, output
-    new = snapshot(work)
-    assert new != old and loads_expected(dsts[0], weights)
-    rng = random.Random(77 + in_place)
-    counts, bad = {"old": 0, "new": 0, "mix": 0}, []
-    for i, sig in enumerate([signal.SIGINT] * 24 + [signal.SIGTERM] * 6):
-        mode = "fork" if i % 2 == 0 else "progress"
-        delay = rng.uniform(0, 1.2 * duration) if mode == "fork" else rng.uniform(0, 0.012)
-        reset()
-        status, output, _ = run_trial(call, sig, mode, delay)
-        problem = child_problem(status, sig, output)
-        if problem:
-            bad.append(f"trial {i}: {problem}")
-        now = snapshot(work)
-        kind = "old" if now == old else "new" if now == new else "mix"
-        counts[kind] += 1
-        if kind == "mix":
-            bad.append(
-                f"trial {i} ({delay * 1000:.2f} ms after {mode}): a mix: {describe_mix(now, old, new)}"
-            )
-    assert not bad, f"{counts}, {len(bad)} bad trials, e.g.\n" + "\n".join(bad[:3])
-    assert counts["old"] and counts["new"], f"{counts}: both outcomes must occur"
+    _old_or_new(call, template, work, (dsts[0], weights), 77 + in_place)
 
 
 @pytest.mark.parametrize("in_place", [True, False], ids=["inplace", "newdir"])
@@ -329,33 +338,5 @@ def test_interrupted_convert_leaves_old_or_new(in_place, model, tmp_path):
     def call(progress) -> None:
         onnxl.convert_float_to_float16(src, dst, "m.onnx.data", progress=progress)
 
-    def reset() -> None:
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.copytree(template, work)
-
-    old = snapshot(template)
-    reset()
-    status, output, duration = run_trial(call)
-    assert child_problem(status, None, output) is None, output
-    new = snapshot(work)
     half = {n: a.astype(np.float16) for n, a in weights.items()}
-    assert new != old and loads_expected(dst, half)
-    rng = random.Random(91 + in_place)
-    counts, bad = {"old": 0, "new": 0, "mix": 0}, []
-    for i, sig in enumerate([signal.SIGINT] * 24 + [signal.SIGTERM] * 6):
-        mode = "fork" if i % 2 == 0 else "progress"
-        delay = rng.uniform(0, 1.2 * duration) if mode == "fork" else rng.uniform(0, 0.012)
-        reset()
-        status, output, _ = run_trial(call, sig, mode, delay)
-        problem = child_problem(status, sig, output)
-        if problem:
-            bad.append(f"trial {i}: {problem}")
-        now = snapshot(work)
-        kind = "old" if now == old else "new" if now == new else "mix"
-        counts[kind] += 1
-        if kind == "mix":
-            bad.append(
-                f"trial {i} ({delay * 1000:.2f} ms after {mode}): a mix: {describe_mix(now, old, new)}"
-            )
-    assert not bad, f"{counts}, {len(bad)} bad trials, e.g.\n" + "\n".join(bad[:3])
-    assert counts["old"] and counts["new"], f"{counts}: both outcomes must occur"
+    _old_or_new(call, template, work, (dst, half), 91 + in_place)
