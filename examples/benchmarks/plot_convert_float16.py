@@ -2,7 +2,7 @@
 .. _l-example-plot-convert-float16:
 
 Convert to float16 against the usual recipe: time, memory, same weights
-======================================================================
+=======================================================================
 
 The usual way to convert a float32 model to float16 loads every weight,
 converts the model in memory and saves it again:
