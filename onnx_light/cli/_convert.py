@@ -142,7 +142,8 @@ def add_parser(sub) -> None:
         p,
         weights="the new weights file, inside DST's folder (default: DST.data)",
         threshold=1024,
-        threshold_help="tensors of fewer bytes stay inline in DST (default: 1024)",
+        threshold_help="inline tensors of at least BYTES move to the weights file, smaller "
+        "ones stay in DST; external ones stay external (default: 1024)",
         shard_example="model-00001-of-00003.onnx.data",
         chunk_size=False,
     )

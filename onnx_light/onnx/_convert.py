@@ -43,9 +43,10 @@ class ConvertResult:
         bytes_read: bytes of the source's weights read.
         bytes_written: bytes of tensor data written to the weights files.
         clipped: ``{tensor name: values changed by the clipping}``, only the
-            tensors where the clipping changed at least one value (a value
-            beyond ``max_finite_val`` would have become infinite in float16, one
-            under ``min_positive_val`` zero).
+            tensors where the clipping changed at least one value: magnitudes
+            above ``max_finite_val`` (from 65520 on, float16 would have made
+            them infinite) or strictly between 0 and ``min_positive_val``
+            (under about 2.98e-08, float16 would have made them 0).
         weights_paths: the weights files written.
         unreferenced: in place, weights files the old model read that no
             ``.onnx`` of its folder references any more.
@@ -129,7 +130,9 @@ def convert_float_to_float16(
         keep_io_types: keep the graph's float32 inputs and outputs (True), or
             those named in a list, with Cast nodes after and before them.
         op_block_list: op types left in float32 (None: onnxruntime's
-            ``DEFAULT_OP_BLOCK_LIST``, TopK, Range, Resize's scales...).
+            ``DEFAULT_OP_BLOCK_LIST``: TopK, Range, Upsample, the ML ops...; a
+            list replaces it). Resize's scales and GroupNorm's gamma and beta
+            stay float32 by another rule, as there.
         node_block_list: node names left in float32.
         min_positive_val: smallest magnitude kept (at least 5.96e-08, the
             smallest float16 subnormal).
@@ -137,7 +140,10 @@ def convert_float_to_float16(
         force_fp16_initializers: convert float32 initializers even when only
             blocked nodes use them.
         alignment: offsets in the new weights file are multiples of it.
-        size_threshold: tensors of fewer bytes stay inline in the ``.onnx``.
+        size_threshold: inline tensors (held in the ``.onnx``) of at least
+            this many bytes move to the weights file; smaller ones stay inline.
+            External tensors stay external, whatever their size (the usual
+            recipe's ``onnx.save`` writes those under 1024 bytes inline).
         max_shard_size: split the weights into files of at most this many
             bytes (named as onnx-ir names shards). None: one file.
         progress: ``progress(done_bytes, total_bytes)`` while the weights are
