@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint doc bench bench-smoke fuzz realworld mutate clean
+.PHONY: install test lint doc bench bench-smoke gallery-report fuzz realworld mutate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,13 @@ bench: $(STAMP)
 
 bench-smoke: $(STAMP)
 	$(PY) benchmarks/run.py --smoke
+
+# the gallery report (benchmarks/results/gallery.{json,md}): every benchmark script of the
+# gallery at full size, each in a fresh process, 7 rounds; the words every build's pages
+# state. Run it on a quiet machine and commit the results; GALLERY_ARGS="--only plot_x"
+# measures one script again.
+gallery-report: $(STAMP)
+	$(PY) benchmarks/gallery_report.py $(GALLERY_ARGS)
 
 fuzz: $(STAMP)
 	$(PY) -m pytest -q -m slow tests

@@ -211,13 +211,13 @@ p_stream.set_index("name").head(6)
 # Time and peak memory
 # --------------------
 #
-# What this build measured, in words computed from the rounds, and the
-# claim that does not depend on the machine, asserted: the streaming copy's
-# peak memory does not grow with the weights. A ranking of two times is
-# printed only when it holds beyond their spread
-# (:meth:`onnx_light.bench.Rounds.compare`: every round of one below every
-# round of the other); otherwise the page says they are within this
-# machine's noise.
+# What was measured, and the claim that does not depend on the machine,
+# asserted: the streaming copy's peak memory does not grow with the weights.
+# The words on the two times are the gallery report's, measured once with
+# more rounds (:meth:`onnx_light.bench.Comparison.sentence`: a ranking only
+# where every round of one was below every round of the other, else within
+# this machine's noise); each sentence then says where this build's own
+# ratio falls against the report's range.
 
 weights = weights_nbytes(N_WEIGHTS, DIM) / MiB
 stream_peak = max(rounds.peaks("streaming"))

@@ -183,10 +183,11 @@ print(f"onnxruntime: outputs {got.shape} identical; largest difference to float3
 # What was measured
 # -----------------
 #
-# A ranking is printed only when it holds beyond the spread of the rounds
-# (:meth:`onnx_light.bench.Rounds.compare`); otherwise the page says the two
-# are within this machine's noise. Asserted, whatever the machine: the
-# usual recipe holds every weight, onnx-light does not.
+# The rankings are the gallery report's, measured once with more rounds
+# (:meth:`onnx_light.bench.Comparison.sentence`: a ranking only beyond the
+# spread of its rounds, else within this machine's noise), followed by where
+# this build's own ratio falls. Asserted, whatever the machine: the usual
+# recipe holds every weight, onnx-light does not.
 
 light_peak = max(rounds.peaks(LIGHT))
 usual_peak = min(rounds.peaks(USUAL))

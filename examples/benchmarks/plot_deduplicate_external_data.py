@@ -169,8 +169,8 @@ table["MiB on disk"] = [mib_on_disk(os.path.join(folder, outputs[w])) for w in t
 table.round(3)
 
 # %%
-# What it says, computed from the rounds (a ranking is printed only when it
-# holds beyond their spread):
+# What it says: the gallery report's words (a ranking only when it holds
+# beyond the spread of the report's rounds), and where this build falls:
 
 print(f"measured on {describe_machine()}")
 print(rounds.compare("onnx-light deduplicate", "onnx-ir DeduplicateInitializersPass").sentence())

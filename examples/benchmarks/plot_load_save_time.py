@@ -202,10 +202,11 @@ largest[["operation", "library", "seconds", "min-max (s)", "MiB/s", "vs onnx"]].
 # ------------
 #
 # onnx-light against each other library, operation by operation, at the
-# largest size, as this build measured it. A ranking is printed only when
-# it holds beyond the spread of the rounds
-# (:meth:`onnx_light.bench.Comparison.sentence`); otherwise the two are
-# said to be within this machine's noise.
+# largest size, in the words of the gallery report (measured once, with more
+# rounds): a ranking only when it holds beyond the spread of its rounds,
+# otherwise within this machine's noise
+# (:meth:`onnx_light.bench.Comparison.sentence`). Each sentence then says
+# where this build's own ratio falls against the report's range.
 
 print(f"measured on {describe_machine()}")
 ours = {
@@ -218,7 +219,7 @@ for operation, mine in ours.items():
     for other in part.index:
         if other != mine and other not in NO_WEIGHTS_READ:
             a, b = part.loc[mine, "rounds"], part.loc[other, "rounds"]
-            print(f"{operation}: {compare(mine, a, other, b).sentence()}")
+            print(compare(mine, a, other, b, context=operation).sentence())
 
 # %%
 # Is saving a model already in memory cheaper than loading it and saving

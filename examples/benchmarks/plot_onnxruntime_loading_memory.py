@@ -272,7 +272,8 @@ for label, r in [
     )
 
 # Creating the session from two files without prepacking against the
-# other settings of the same layouts, ranked only beyond the rounds' spread:
+# other settings of the same layouts, in the gallery report's words (ranked
+# only beyond its rounds' spread), and where this build falls:
 
 
 def create_times(layout: str, prepacking: str) -> list[float]:

@@ -166,11 +166,13 @@ table["files"] = [", ".join(written[name]) for name in table.index]
 table.round(3)
 
 # %%
-# In words, from this build's rounds. The two naive saves do the same work
-# (read every weight, write every weight); which one is faster depends on
-# the machine and the filesystem, and is said only when it holds beyond the
-# spread. What the shared save is for does not depend on the machine, and is
-# asserted: it writes a fraction of the bytes and holds no weight in memory.
+# In words, from the gallery report (measured once, with more rounds), each
+# followed by where this build's ratio falls. The two naive saves do the
+# same work (read every weight, write every weight); which one is faster
+# depends on the machine and the filesystem, and is said only when it holds
+# beyond the report's spread. What the shared save is for does not depend on
+# the machine, and is asserted: it writes a fraction of the bytes and holds
+# no weight in memory.
 
 print(f"measured on {describe_machine()}")
 print(rounds.compare("naive (onnx-light)", "naive (onnx)").sentence())

@@ -19,7 +19,9 @@ faults. So every measurement here is made
 
 Each run reports its wall time and its peak RSS growth from the kernel
 (:class:`~onnx_light.bench.PeakMemory`); the spread over the rounds is kept,
-and :meth:`~onnx_light.bench.Rounds.compare` states a ranking only when it holds beyond it.
+and :meth:`~onnx_light.bench.Rounds.compare` compares two operations: a page
+states the gallery report's verdict (measured once, with more rounds) and
+where this measure's rounds fall against it (``onnx_light.bench.compare``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from .compare import Comparison, compare
+from .compare import MIN_ROUNDS, Comparison, compare
 from .memory import PeakMemory
 from .sizes import quick_run
 from .timeline import RssTimeline, Sample
@@ -43,14 +45,20 @@ from .timeline import RssTimeline, Sample
 MiB = 2**20
 PAGE_REPORTING = "/sys/module/page_reporting/parameters/min_free_ms"
 HOLD_FREE_MS = 120_000  # the largest delay this kernel took was between 120 and 600 s
+ROUNDS_ENV = "ONNX_LIGHT_GALLERY_ROUNDS"  # the gallery report's rounds, while it is measured
 
 
 def default_rounds() -> int:
     """Rounds per measure: 5, or 1 in a quick run (``UNITTEST_GOING=1``).
 
-    Five rounds give a spread a ranking can be tested against (a ranking
-    needs at least 3 rounds of each, see :func:`~onnx_light.bench.compare`).
+    Five rounds give a spread a build's ratio can be checked against the
+    gallery report with (a ranking needs at least 3 rounds of each, see
+    :func:`~onnx_light.bench.compare`). While the report is measured
+    (``ONNX_LIGHT_GALLERY_ROUNDS``, set by ``make gallery-report``), its
+    rounds instead.
     """
+    if os.environ.get(ROUNDS_ENV):
+        return int(os.environ[ROUNDS_ENV])
     return 1 if quick_run() else 5
 
 
@@ -202,12 +210,17 @@ class Rounds:
             )
         return rows
 
-    def compare(self, a: str, b: str, what: str = "seconds") -> Comparison:
-        """The ranking of ``a`` and ``b`` on ``what`` ("seconds" or "peak", in MiB)."""
+    def compare(self, a: str, b: str, what: str = "seconds", context: str = "") -> Comparison:
+        """``a`` against ``b`` on ``what`` ("seconds" or "peak", in MiB).
+
+        Its :meth:`~onnx_light.bench.Comparison.sentence` states the gallery
+        report's verdict and where these rounds fall against it (``context``: see
+        :func:`~onnx_light.bench.compare`).
+        """
         if what == "seconds":
-            return compare(a, self.seconds(a), b, self.seconds(b), "s")
+            return compare(a, self.seconds(a), b, self.seconds(b), "s", context)
         if what == "peak":
-            return compare(a, self.peaks(a), b, self.peaks(b), "MiB")
+            return compare(a, self.peaks(a), b, self.peaks(b), "MiB", context)
         raise ValueError(f"what must be 'seconds' or 'peak', not {what!r}")
 
 
@@ -280,7 +293,10 @@ def measure_rounds(
     Args:
         cases: name -> a call without arguments; it runs in a forked child,
             and what it returns is kept when JSON can carry it.
-        rounds: rounds (None: :func:`default_rounds`).
+        rounds: rounds (None: :func:`default_rounds`). While the gallery report
+            is measured (``ONNX_LIGHT_GALLERY_ROUNDS``), a measure of at least
+            3 rounds, one a page compares, is measured in the report's rounds;
+            fewer (a timeline, a profile) stay as asked.
         warm_files: files to have in the page cache before each run.
         before: called with the case's name before each of its runs.
         timeline: also sample RSS every 2 ms (:meth:`Rounds.samples`).
@@ -297,7 +313,8 @@ def measure_rounds(
     """
     if not cases:
         raise ValueError("measure_rounds needs at least one case")
-    rounds = default_rounds() if rounds is None else rounds
+    if rounds is None or (os.environ.get(ROUNDS_ENV) and rounds >= MIN_ROUNDS):
+        rounds = default_rounds()
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, not {rounds}")
     warm_files = list(warm_files)
