@@ -170,7 +170,8 @@ def align_external_data_streaming(
             ``model.onnx_data`` stays ``model.onnx_data``); else ``DST.data``
             (``model.onnx.data`` for ``model.onnx``), or ``DST_data`` with
             ``shard_naming="transformers.js"``.
-        alignment: a power of two >= 1.
+        alignment: offsets are multiples of it: 0 or 1 dense (no padding),
+            else a power of two up to 1 GiB.
         chunk_size: bytes per copy call, and between two progress calls.
             Without ``progress``, copies the filesystem may share (XFS,
             btrfs) go in calls of up to 1 GiB: sharing blocks is a metadata
@@ -224,12 +225,16 @@ def align_external_data_streaming(
         left behind as attributes.
 
     Raises:
-        ValueError: bad ``alignment`` (a power of two up to 1 GiB), ``chunk_size``
-            (1 byte to 1 GiB), ``size_threshold``, ``inline_below``,
-            ``max_shard_size`` or ``shard_naming``; a weights path outside the
-            destination folder; two destinations that are one file on this
-            filesystem (``a.onnx`` and ``A.onnx`` where case is not told apart).
-        TypeError: ``progress`` is not callable.
+        ValueError: a setting out of range (``alignment`` neither 0 nor a
+            power of two up to 1 GiB, ``chunk_size`` outside 1 byte to 1 GiB,
+            a negative ``size_threshold`` or ``inline_below``, a
+            ``max_shard_size`` under 1, an unknown ``shard_naming``); a
+            weights path outside the destination folder; two destinations
+            that are one file on this filesystem (``a.onnx`` and ``A.onnx``
+            where case is not told apart).
+        TypeError: a setting of the wrong type (``alignment="4096"``, a
+            ``shard_naming`` that is not a str), or ``progress`` is not
+            callable.
         FileNotFoundError: the source model or a data file is missing (the
             message names the tensor and the path).
         ExternalDataError: a reference is malformed, unsafe or out of range.

@@ -139,7 +139,8 @@ def convert_float_to_float16(
         max_finite_val: largest finite magnitude kept (at most 65504).
         force_fp16_initializers: convert float32 initializers even when only
             blocked nodes use them.
-        alignment: offsets in the new weights file are multiples of it.
+        alignment: offsets in the new weights file are multiples of it
+            (0 or 1: dense; else a power of two up to 1 GiB).
         size_threshold: inline tensors (held in the ``.onnx``) of at least
             this many bytes move to the weights file; smaller ones stay inline.
             External tensors stay external, whatever their size (the usual

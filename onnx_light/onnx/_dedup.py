@@ -200,7 +200,8 @@ def deduplicate_external_data(
             the models' weights already have when they all read one file
             (optimum's ``model.onnx_data`` stays ``model.onnx_data``); else
             ``DST.data`` for one model, ``weights.data`` for several.
-        alignment: offsets are multiples of it (0 or 1: dense).
+        alignment: offsets are multiples of it (0 or 1: dense; else a power
+            of two up to 1 GiB).
         size_threshold: inline tensors of at least this many bytes move out
             and take part; smaller ones stay in their model.
         max_shard_size: split the weights into files of at most this many
@@ -224,7 +225,8 @@ def deduplicate_external_data(
         tensors sharing a range, the transposed twins.
 
     Raises:
-        TypeError: the paths are not lists, or a setting has the wrong type.
+        TypeError: the paths are not lists, a setting has the wrong type, or
+            ``progress`` is not callable.
         ValueError: not one destination per source, destinations in several
             folders, some destinations in place and others not, a bad
             setting or weights name.

@@ -68,10 +68,11 @@ def load(
     Raises:
         FileNotFoundError: the model or one of its data files is missing.
         ValueError: the file is not an ONNX model, both ``skip_raw_data``
-            and ``load_external_data`` are set, or ``skip_raw_data`` is set
+            and ``load_external_data`` are set, ``skip_raw_data`` is set
             and the file's name is not valid UTF-8 (it could not be recorded
-            as a location).
+            as a location), or ``num_threads`` is under 1.
         ExternalDataError: a reference is malformed, unsafe or out of range.
+        TypeError: ``num_threads`` is neither None nor an int.
 
     Examples:
         Load a model with its weights, as :func:`onnx.load` does, or only
@@ -145,8 +146,8 @@ def save(
         FileNotFoundError: the destination folder or a referenced file is missing.
         ExternalDataError: an existing reference is unsafe or does not
             resolve from the destination folder.
-        TypeError: ``model`` is not a ModelProto, or ``options`` not a
-            :class:`SerializeOptions`.
+        TypeError: ``model`` is not a ModelProto, ``options`` not a
+            :class:`SerializeOptions`, or ``progress`` not callable.
 
     Examples:
         Save a model with its tensors of 1 KiB or more in

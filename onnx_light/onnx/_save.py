@@ -61,8 +61,8 @@ def save_model_with_shared_external_data(
         FileNotFoundError: a reused file is missing.
         ExternalDataError: a reused reference is unsafe, out of range, or
             would be overwritten by this save.
-        TypeError: ``model`` is not a ModelProto, or ``options`` not a
-            :class:`SerializeOptions`.
+        TypeError: ``model`` is not a ModelProto, ``options`` not a
+            :class:`SerializeOptions`, or ``progress`` not callable.
 
     .. versionadded:: 0.1
     """
