@@ -9,10 +9,10 @@ directives render what only exists at build time:
   results) into reStructuredText, or says it is missing;
 - ``.. bench-provenance:: PATH`` says where, when and at which commit that
   report was measured, and how many library commits HEAD is ahead of it;
-- ``:bench:`OP vs REF, FIGURE, SIZE, WHAT``` prints one number of the
-  committed benchmark report (``benchmarks/results/latest.csv``), so the
-  pages never state a measurement by hand; a row the report lacks fails
-  the build.
+- ``:bench:`[REPORT:] OP vs REF, FIGURE, SIZE, WHAT``` prints one number of
+  a committed benchmark report (``benchmarks/results/latest.csv``, or
+  ``REPORT.csv`` beside it: ``dedup``, ``cold``), so the pages never state a
+  measurement by hand; a row the report lacks fails the build.
 
 ``make doc`` runs every gallery example at full size; with ``UNITTEST_GOING=1``
 in the environment the examples use small sizes (CI).
@@ -413,35 +413,56 @@ def literal_for_external(app, env, node, contnode):
 
 # -- Numbers of the benchmark report, quoted in the pages -----------------------
 
-BENCH_CSV = os.path.join(ROOT, "benchmarks", "results", "latest.csv")
-_bench_rows: list[dict] | None = None
+BENCH_RESULTS = os.path.join(ROOT, "benchmarks", "results")
+BENCH_CSV = os.path.join(BENCH_RESULTS, "latest.csv")
+_bench_rows: dict[str, list[dict]] = {}
 
 
-def _bench_table() -> list[dict]:
-    global _bench_rows
-    if _bench_rows is None:
+def _bench_table(report: str = "latest") -> list[dict]:
+    if report not in _bench_rows:
         import csv
 
-        with open(BENCH_CSV, newline="", encoding="utf-8") as f:
-            _bench_rows = list(csv.DictReader(f))
-    return _bench_rows
+        path = os.path.join(BENCH_RESULTS, f"{report}.csv")
+        with open(path, newline="", encoding="utf-8") as f:
+            _bench_rows[report] = list(csv.DictReader(f))
+    return _bench_rows[report]
+
+
+_BYTES_FIGURES = {"peak", "anon", "bytes"}
+
+
+def _per_tensor(row: dict) -> str | None:
+    """A row's value over the number of tensors its operation names ("200,000 tensors")."""
+    m = re.search(r"([\d,]+) tensors", row["operation"])
+    if not m or row["fig"] not in _BYTES_FIGURES or not row["value_raw"]:
+        return None
+    return f"{float(row['value_raw']) / int(m.group(1).replace(',', '')) / 1024:.1f} KiB"
 
 
 def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None):
     """``:bench:`align vs copyfile, seconds, 1GiB on xfs, ratio```: one number of the report.
 
-    ``WHAT`` is ``value``, ``ref`` (the reference's value), ``ratio`` or
-    ``result``; ``SIZE`` is the size, followed by `` on FS`` for the tables
-    of other filesystems.
+    ``WHAT`` is ``value``, ``ref`` (the reference's value), ``ratio``,
+    ``result``, or ``per tensor`` (a memory or bytes value over the number of
+    tensors the operation names, in KiB); ``SIZE`` is the size, followed by
+    `` on FS`` for the tables of other filesystems. A ``REPORT:`` prefix
+    (``dedup: dedup_many vs dedup_quarter, peak, 1GiB, per tensor``) reads
+    ``benchmarks/results/REPORT.csv`` instead of ``latest.csv``.
     """
+    report, sep, rest = text.partition(":")
+    if not sep or " vs " in report:
+        report, rest = "latest", text
     try:
-        pair, figure, label, what = (x.strip() for x in text.split(","))
+        pair, figure, label, what = (x.strip() for x in rest.split(","))
         op, ref = (x.strip() for x in pair.split(" vs "))
-    except ValueError:
-        msg = inliner.reporter.error(f"bench: expected 'OP vs REF, FIGURE, SIZE, WHAT': {text!r}")
+        rows = _bench_table(report.strip())
+    except (ValueError, OSError):
+        msg = inliner.reporter.error(
+            f"bench: expected '[REPORT:] OP vs REF, FIGURE, SIZE, WHAT': {text!r}"
+        )
         return [inliner.problematic(rawtext, rawtext, msg)], [msg]
     size, _, fs = label.partition(" on ")
-    for row in _bench_table():
+    for row in rows:
         if (row["op"], row["ref_op"], row["fig"], row["size"], row["fs"]) == (
             op,
             ref,
@@ -454,10 +475,11 @@ def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None)
                 "ref": row["ref value"],
                 "ratio": f"{float(row['ratio_raw']):.2f}x" if row["ratio_raw"] else "n/a",
                 "result": row["result"],
+                "per tensor": _per_tensor(row),
             }.get(what)
             if shown is not None:
                 return [nodes.Text(shown)], []
-    msg = inliner.reporter.error(f"bench: no row {text!r} in {BENCH_CSV}")
+    msg = inliner.reporter.error(f"bench: no row {text!r} in {report.strip()}.csv")
     return [inliner.problematic(rawtext, rawtext, msg)], [msg]
 
 
