@@ -186,6 +186,32 @@ assert shared_mib < 0.5 * naive_mib
 assert max(rounds.peaks("shared (onnx-light)")) < min(rounds.peaks("naive (onnx-light)"))
 
 # %%
+# Every save starts from an empty folder (only the first model's files
+# kept): onnx appends to a weights file that is already there, so a
+# leftover would double what it writes. Each naive save then writes every
+# weight once; the shared save writes the three new ones only.
+
+
+def bytes_of_tensors(model_file: str, data_file: str) -> int:
+    """The bytes of the tensors ``model_file`` reads from ``data_file``."""
+    places = tensor_places(os.path.join(folder, model_file))
+    return int(places[places.location == data_file].length.sum())
+
+
+weights = weights_nbytes(N_WEIGHTS, DIM)
+naive_data = os.path.getsize(os.path.join(folder, "naive_onnx.onnx.data"))
+light_data = os.path.getsize(os.path.join(folder, "naive_light.onnx.data"))
+assert naive_data == bytes_of_tensors(*written["naive (onnx)"]) == weights, naive_data
+assert bytes_of_tensors(*written["naive (onnx-light)"]) == weights
+assert light_data - weights < 2 * N_WEIGHTS * opts.alignment  # its alignment padding only
+new_bytes = sum(w.nbytes for w in new_weights.values())
+assert bytes_of_tensors(*written["shared (onnx-light)"]) == new_bytes
+print(
+    f"weights {weights / MiB:.2f} MiB: onnx wrote {naive_data / MiB:.2f} MiB, onnx-light "
+    f"{light_data / MiB:.2f} MiB (aligned), the shared save {new_bytes / MiB:.2f} MiB"
+)
+
+# %%
 # What the shared variant points at
 # ---------------------------------
 #
