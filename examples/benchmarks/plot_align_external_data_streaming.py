@@ -46,6 +46,7 @@ from onnx_light.bench import (
     PeakMemory,
     describe_machine,
     empty_folder,
+    legend_beside,
     make_gemm_model,
     measure_rounds,
     median_bars,
@@ -53,6 +54,7 @@ from onnx_light.bench import (
     sized,
     summary_bars,
     tensor_places,
+    tool_color,
     weights_nbytes,
 )
 
@@ -237,13 +239,20 @@ assert memory_peak >= 0.9 * weights, "load + save holds every weight"
 # The result in one picture: the peak memory of each way (the weights' size
 # dashed), the median of the rounds with their min-max.
 
+colors = {  # both ways are onnx-light's: the in-memory one in a lighter shade
+    "in memory (load + save)": tool_color("onnx-light", 1),
+    "streaming": tool_color("onnx-light"),
+    "shutil.copyfile (reference)": tool_color("floor"),
+}
+names, palette = rounds.names, [colors[n] for n in rounds.names]
 summary_bars(
-    rounds.names,
-    {name: rounds.peaks(name) for name in rounds.names},
+    names,
+    {name: rounds.peaks(name) for name in names},
     "MiB",
     "peak memory while re-aligning",
     reference=weights,
     reference_label="the weights",
+    colors=palette,
 )
 plt.show()
 
@@ -251,17 +260,11 @@ plt.show()
 # Time and memory side by side, each bar the median of the rounds and its
 # line their min-max:
 
-colors = {
-    "in memory (load + save)": "#d62728",
-    "streaming": "#2ca02c",
-    "shutil.copyfile (reference)": "#7f7f7f",
-}
-names, palette = rounds.names, [colors[n] for n in rounds.names]
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
 median_bars(axes[0], {n: rounds.seconds(n) for n in names}, "s", "wall time", palette)
 median_bars(axes[1], {n: rounds.peaks(n) for n in names}, "MiB", "peak RSS growth", palette)
 axes[1].axhline(weights, color="black", ls="--", lw=1, label="model weights")
-axes[1].legend(loc="upper right")
+legend_beside(axes[1])
 fig.suptitle(f"Re-align {weights:.0f} MiB to {ALIGNMENT}, {len(rounds.seconds(names[0]))} rounds")
 fig.tight_layout()
 
@@ -289,7 +292,7 @@ ax.axhline(weights, color="black", ls="--", lw=1, label="model weights")
 ax.set_xlabel("time since the call started (ms)")
 ax.set_ylabel("RSS growth (MiB)")
 ax.set_title("Resident memory while re-aligning")
-ax.legend(loc="center right")
+legend_beside(ax)
 fig.tight_layout()
 
 # %%

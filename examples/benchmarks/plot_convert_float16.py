@@ -50,6 +50,7 @@ import onnx_light.onnx as onnxl
 from onnx_light.bench import (
     describe_machine,
     empty_folder,
+    legend_beside,
     make_gemm_model,
     measure_rounds,
     median_bars,
@@ -58,6 +59,7 @@ from onnx_light.bench import (
     sized,
     summary_bars,
     tensor_places,
+    tool_color,
     weights_nbytes,
 )
 
@@ -207,6 +209,8 @@ assert usual_peak >= weights, "the usual recipe holds every weight"
 # weights' size dashed.
 
 short = {USUAL: "onnxruntime's converter", LIGHT: "onnx-light", FLOOR: "numpy loop (floor)"}
+palette = {USUAL: tool_color("onnxruntime"), LIGHT: tool_color("onnx-light")}
+palette[FLOOR] = tool_color("floor")
 summary_bars(
     [short[name] for name in rounds.names],
     {short[name]: rounds.peaks(name) for name in rounds.names},
@@ -214,6 +218,7 @@ summary_bars(
     "peak memory, float32 -> float16",
     reference=weights,
     reference_label="float32 weights",
+    colors=[palette[name] for name in rounds.names],
 )
 plt.show()
 
@@ -221,14 +226,13 @@ plt.show()
 # Time and memory side by side, each bar the median of the rounds, its line
 # their min-max:
 
-palette = {USUAL: "#d62728", LIGHT: "#2ca02c", FLOOR: "#7f7f7f"}
 names = rounds.names
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
 colors = [palette[n] for n in names]
 median_bars(axes[0], {n: rounds.seconds(n) for n in names}, "s", "wall time", colors)
 median_bars(axes[1], {n: rounds.peaks(n) for n in names}, "MiB", "peak RSS growth", colors)
 axes[1].axhline(weights, color="black", ls="--", lw=1, label="float32 weights")
-axes[1].legend(loc="upper right")
+legend_beside(axes[1])
 fig.suptitle(f"float32 -> float16, {weights:.0f} MiB, {len(rounds.seconds(LIGHT))} rounds")
 fig.tight_layout()
 

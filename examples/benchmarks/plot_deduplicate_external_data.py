@@ -202,10 +202,9 @@ plt.show()
 # %%
 # Time and peak memory, median of the rounds and their min-max:
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-palette = ["#2ca02c", "#1f77b4", "#7f7f7f"]
-median_bars(axes[0], {w: rounds.seconds(w) for w in rounds.names}, "s", "wall time", palette)
-median_bars(axes[1], {w: rounds.peaks(w) for w in rounds.names}, "MiB", "peak RSS growth", palette)
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))  # each tool its colour, as above
+median_bars(axes[0], {w: rounds.seconds(w) for w in rounds.names}, "s", "wall time")
+median_bars(axes[1], {w: rounds.peaks(w) for w in rounds.names}, "MiB", "peak RSS growth")
 fig.suptitle(f"Deduplicate three models of {weights_nbytes(N_WEIGHTS, DIM) / MiB:.0f} MiB each")
 fig.tight_layout()
 

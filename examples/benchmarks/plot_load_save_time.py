@@ -54,10 +54,12 @@ from onnx_light.bench import (
     compare,
     describe_machine,
     empty_folder,
+    legend_beside,
     make_gemm_model,
     measure_rounds,
     sized,
     summary_bars,
+    tool_color,
     weights_nbytes,
 )
 
@@ -268,6 +270,8 @@ summary_bars(
     dict(zip(realign["library"], realign["rounds"], strict=True)),
     "s",
     f"re-align to 4096, {realign['MiB'].iloc[0]:.0f} MiB of weights",
+    # each library its colour; onnx-light's load + save a lighter shade than its streaming
+    colors=[tool_color(lib, int(lib == "onnx-light: load + save")) for lib in realign["library"]],
 )
 plt.show()
 
@@ -281,14 +285,14 @@ plt.show()
 # times.
 
 operations = list(dict.fromkeys(df["operation"]))
-fig, axes = plt.subplots(1, len(operations), figsize=(5.2 * len(operations), 4.8))
-styles = {"onnx": ("C0", "o"), "onnx-light": ("C1", "s"), "onnx-ir": ("C2", "^")}
+fig, axes = plt.subplots(len(operations), 1, figsize=(9, 3.4 * len(operations)))
+markers = {"onnx": "o", "onnx-light": "s", "onnx-ir": "^"}
 for ax, operation in zip(axes, operations, strict=True):
     part = df[df["operation"] == operation]
     for library in dict.fromkeys(part["library"]):
         line = part[part["library"] == library]
         family = library.split(" ")[0].rstrip(":")
-        color, marker = styles[family]
+        color, marker = tool_color(family), markers[family]
         dashed = "lazy" in library or "False" in library or "streaming" in library
         ax.errorbar(
             line["MiB"],
@@ -306,10 +310,10 @@ for ax, operation in zip(axes, operations, strict=True):
     ax.set_xticks(sizes, [f"{m:g}" for m in sizes])
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("MiB of weights")
-    ax.set_title(operation)
+    ax.set_ylabel("seconds")
+    ax.set_title(f"{operation} (median, bars: min-max; lower is better)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=9)
-axes[0].set_ylabel("seconds (median, bars: min-max; lower is better)")
+    legend_beside(ax)
 fig.tight_layout()
 plt.show()
 

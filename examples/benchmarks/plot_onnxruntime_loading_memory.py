@@ -58,10 +58,12 @@ from onnx_light.bench import (
     RssTimeline,
     compare,
     describe_machine,
+    legend_beside,
     make_gemm_model,
     measure_rounds,
     mib_on_disk,
     model_inputs,
+    other_color,
     read_status,
     sized,
     summary_bars,
@@ -381,23 +383,23 @@ plt.show()
 # Plot
 # ----
 #
-# Left, the peak of anonymous and file-backed memory while the session is
+# Above, the peak of anonymous and file-backed memory while the session is
 # created, against the model size (dashed line), and the file-backed memory
 # once the first inference has touched every weight: medians of the rounds,
-# with their min-max. Right, the anonymous memory
+# with their min-max. Below, the anonymous (solid) and file-backed (dotted) memory
 # over time (the last round) for the single-file model and the aligned two-file model, both
 # with and without prepacking; dots mark the end of the session creation, the
 # rest of each line is the first inference.
 
-fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(14, 5.5))
+fig, (ax0, ax1) = plt.subplots(2, 1, figsize=(12, 10))  # layouts, not tools: no tool's colour
 labels = [f"{r['layout']}\nprepack {r['prepacking']}" for r in results]
 x = np.arange(len(results))
 bars = {
-    "anon_peak_create": ("anonymous (RssAnon), peak", {}),
-    "file_peak_create": ("file-backed (RssFile), peak", {}),
+    "anon_peak_create": ("anonymous (RssAnon), peak", dict(color=other_color(0))),
+    "file_peak_create": ("file-backed (RssFile), peak", dict(color=other_color(1))),
     "file_after_run": (
         "file-backed after the first inference",
-        dict(color="C1", alpha=0.45, hatch="//"),
+        dict(color=other_color(1, 1), hatch="//", edgecolor=other_color(1)),
     ),
 }
 for i, (field, (label, style)) in enumerate(bars.items()):
@@ -407,16 +409,16 @@ for i, (field, (label, style)) in enumerate(bars.items()):
     )
     ax0.bar_label(drawn, fmt="%.0f", fontsize=9)  # MiB; near-zero bars stay visible
 ax0.axhline(model_bytes / MiB, color="k", ls="--", lw=1, label="model size")
-ax0.set_xticks(x, labels, rotation=60, ha="right", fontsize=8)
+ax0.set_xticks(x, labels, rotation=30, ha="right", fontsize=9)
 ax0.set_ylabel("memory growth (MiB, median; lines: min-max)")
 ax0.set_title("InferenceSession(...): memory by layout and prepacking")
-ax0.legend()
+legend_beside(ax0)
 
 for key, color in [
-    (("one file", "on"), "C3"),
-    (("one file", "off"), "C1"),
-    (("aligned 4096", "on"), "C0"),
-    (("aligned 4096", "off"), "C2"),
+    (("one file", "on"), other_color(4)),
+    (("one file", "off"), other_color(2)),
+    (("aligned 4096", "on"), other_color(0)),
+    (("aligned 4096", "off"), other_color(3)),
 ]:
     samples, t_created = timelines[key]
     t = np.array([s[0] for s in samples])
@@ -429,7 +431,7 @@ ax1.axhline(model_bytes / MiB, color="k", ls="--", lw=1)
 ax1.set_xlabel("seconds since the start of InferenceSession(...)")
 ax1.set_ylabel("memory growth (MiB)")
 ax1.set_title("over time: session creation (to the dot), then one inference")
-ax1.legend(fontsize=9)
+legend_beside(ax1)
 fig.tight_layout()
 plt.show()
 

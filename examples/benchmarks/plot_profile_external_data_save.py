@@ -43,6 +43,7 @@ from onnx_light.bench import (
     empty_folder,
     make_gemm_model,
     measure_rounds,
+    other_color,
     sized,
     summary_bars,
     tensor_places,
@@ -308,11 +309,17 @@ plt.show()
 # the largest own time in each library.
 
 fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(14, 5), gridspec_kw={"width_ratios": [1, 1.6]})
-kinds = [k for k in summary.index if k != "total (profiled)"]
+kinds = [k for k in summary.index if k != "total (profiled)"]  # kinds of work: no tool's colour
+TOP = 6
+tops = {name: df.head(TOP) for name, df in frames.items()}
+totals = summary.loc[kinds, list(frames)].sum().max()
 left = np.zeros(len(frames))
 for i, kind in enumerate(kinds):
     values = summary.loc[kind, list(frames)].to_numpy()
-    ax0.barh(list(frames), values, left=left, color=f"C{i}", label=kind)
+    # a legend entry only for a kind the reader can see: a bar here, or among the top functions
+    listed = any((top["kind"] == kind).any() for top in tops.values())
+    seen = listed or values.max() > 0.002 * totals
+    ax0.barh(list(frames), values, left=left, color=other_color(i), label=kind if seen else None)
     left += values
 ax0.set_xlabel(f"seconds per save of {size / MiB:.0f} MiB (own time, cProfile)")
 for k in (1, 2):
@@ -323,13 +330,12 @@ ax0.set_title("where the time goes")
 ax0.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
 ax0.invert_yaxis()
 
-TOP = 6
 labels, values, colors = [], [], []
-for j, (name, df) in enumerate(frames.items()):
-    for _, row in df.head(TOP).iterrows():
+for j, (name, top) in enumerate(tops.items()):
+    for _, row in top.iterrows():
         labels.append(f"{name}: {row['function'][:70]}")
         values.append(row["own s"])
-        colors.append(f"C{kinds.index(row['kind'])}")
+        colors.append(other_color(kinds.index(row["kind"])))
     if j == 0:
         labels.append("")
         values.append(0.0)

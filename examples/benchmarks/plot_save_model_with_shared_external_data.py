@@ -51,6 +51,7 @@ from onnx_light.bench import (
     describe_machine,
     empty_folder,
     file_digests,
+    legend_beside,
     make_gemm_model,
     measure_rounds,
     median_bars,
@@ -59,6 +60,7 @@ from onnx_light.bench import (
     sized,
     summary_bars,
     tensor_places,
+    tool_color,
     weights_nbytes,
 )
 
@@ -265,8 +267,17 @@ print(f"max |shared - numpy| = {np.abs(got_shared - expected).max():.2e}")
 # The result in one picture: the bytes each way writes.
 
 # sphinx_gallery_thumbnail_number = 1
+colors = {  # each tool its colour; the shared save is onnx-light's, the naive one lighter
+    "naive (onnx)": tool_color("onnx"),
+    "naive (onnx-light)": tool_color("onnx-light", 1),
+    "shared (onnx-light)": tool_color("onnx-light"),
+}
 summary_bars(
-    list(table.index), list(table["written MiB"]), "MiB", "bytes written to save the variant"
+    list(table.index),
+    list(table["written MiB"]),
+    "MiB",
+    "bytes written to save the variant",
+    colors=[colors[n] for n in table.index],
 )
 plt.show()
 
@@ -277,8 +288,8 @@ plt.show()
 # The shared save writes three weights instead of all of them and never
 # holds the unchanged ones in memory.
 
-colors = ["#d62728", "#ff7f0e", "#2ca02c"]
 names = list(table.index)
+colors = [colors[n] for n in names]
 fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
 median_bars(axes[0], {n: rounds.seconds(n) for n in names}, "s", "wall time", colors)
 written_mib = {n: [table.loc[n, "written MiB"]] for n in names}
@@ -287,9 +298,7 @@ median_bars(axes[2], {n: rounds.peaks(n) for n in names}, "MiB", "peak RSS growt
 total = weights_nbytes(N_WEIGHTS, DIM) / MiB
 for ax in axes[1:]:
     ax.axhline(total, color="black", ls="--", lw=1, label="all weights")
-for ax in axes:
-    ax.set_ylim(top=1.3 * ax.get_ylim()[1])  # room for the legend
-axes[2].legend(loc="upper right")
+legend_beside(axes[2])
 fig.suptitle(f"Save a variant with {len(NEW)} new weights out of {N_WEIGHTS} ({total:.0f} MiB)")
 fig.tight_layout()
 

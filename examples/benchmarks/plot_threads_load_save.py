@@ -43,10 +43,12 @@ from onnx_light.bench import (
     describe_machine,
     empty_folder,
     evict,
+    legend_beside,
     make_gemm_model,
     measure_rounds,
     sized,
     summary_bars,
+    tool_color,
     weights_nbytes,
 )
 
@@ -310,6 +312,7 @@ summary_bars(
     "speed with 4 threads / with 1, per round",
     reference=1.0,
     reference_label="no change",
+    colors=[tool_color("onnx-light", list(sources).index(layout)) for _, layout in ratio.index],
 )
 plt.show()
 
@@ -319,17 +322,17 @@ plt.show()
 #
 # Throughput against the number of threads, one line per layout (median
 # of the rounds, bars from the slowest to the fastest); the dashed
-# horizontal lines are onnx (median), which has no threads, in the same
-# colours.
+# horizontal lines are onnx (median), which has no threads, in onnx's
+# colour, the same shade for the same layout.
 
 operations = list(dict.fromkeys(df["operation"]))
-fig, axes = plt.subplots(1, len(operations), figsize=(5 * len(operations), 4.8), sharey=True)
+fig, axes = plt.subplots(len(operations), 1, figsize=(9, 3.4 * len(operations)), sharey=True)
+markers = ["o", "s", "^"]  # one per layout; onnx-light's colour, onnx's for its lines
 for ax, operation in zip(axes, operations, strict=True):
     part = df[df["operation"] == operation]
     for i, name in enumerate(sources):
         light = part[(part["threads"] > 0) & (part["layout"] == name)]
         ref = part[(part["threads"] == 0) & (part["layout"] == name)]
-        color = f"C{i}"
         speed = np.array([size / MiB / np.median(r) for r in light["rounds"]])
         fastest = np.array([size / MiB / min(r) for r in light["rounds"]])
         slowest = np.array([size / MiB / max(r) for r in light["rounds"]])
@@ -337,18 +340,19 @@ for ax, operation in zip(axes, operations, strict=True):
             light["threads"],
             speed,
             yerr=[speed - slowest, fastest - speed],
-            fmt="o-",
+            fmt=f"{markers[i % 3]}-",
             capsize=3,
-            color=color,
+            color=tool_color("onnx-light", i),
             label=f"onnx-light, {name}",
         )
-        ax.axhline(float(ref["MiB/s"].iloc[0]), color=color, ls="--", lw=1, label=f"onnx, {name}")
+        onnx_speed = float(ref["MiB/s"].iloc[0])
+        ax.axhline(onnx_speed, color=tool_color("onnx", i), ls="--", lw=1.2, label=f"onnx, {name}")
     ax.set_xticks(THREADS)
     ax.set_xlabel("num_threads")
-    ax.set_title(f"{operation}, {size / MiB:.0f} MiB")
+    ax.set_ylabel("MiB/s")
+    ax.set_title(f"{operation}, {size / MiB:.0f} MiB (median, bars: min-max; higher is better)")
     ax.grid(alpha=0.3)
-axes[0].set_ylabel("MiB/s (median, bars: min-max; higher is better)")
-axes[-1].legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    legend_beside(ax)
 fig.tight_layout()
 plt.show()
 

@@ -45,6 +45,7 @@ from onnx_light.bench import (
     model_inputs,
     show_command,
     sized,
+    tool_colors,
     weights_nbytes,
 )
 
@@ -189,7 +190,7 @@ print(f"weights of the full model: {weights_nbytes(N_WEIGHTS, DIM) / MiB:.1f} Mi
 written = [mib_on_disk(onnx_out)]
 written += [mib_on_disk(shared, shared + ".data"), mib_on_disk(compact, compact + ".data")]
 ways = memory["load, edit, save"]
-colors = ["#999999", "C0", "C0"]
+colors = tool_colors(ways)  # onnx, then onnx-light's two ways (the second lighter)
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.2), sharey=True)
 for ax, values, title, unit in (
     (ax1, memory["peak RSS growth (MiB)"], "peak memory of load, edit, save", "peak RSS growth"),

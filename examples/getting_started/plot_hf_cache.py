@@ -48,7 +48,15 @@ import onnx
 import onnxruntime
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import file_digests, make_gemm_model, model_inputs, show_command, sized
+from onnx_light.bench import (
+    file_digests,
+    make_gemm_model,
+    model_inputs,
+    other_color,
+    show_command,
+    sized,
+    tool_color,
+)
 
 N_WEIGHTS, DIM = sized((12, 1000), quick=(4, 300))
 
@@ -188,9 +196,9 @@ def size(path: str) -> str:
 
 names = ("model.onnx", "model.onnx_data")
 columns = [
-    ("snapshots/0123abcd/onnx/\n(symbolic links)", "#9ecae1"),
-    ("blobs/\n(bytes, unchanged)", "#fdd0a2"),
-    ("mine/\n(plain files, aligned)", "#a1d99b"),
+    ("snapshots/0123abcd/onnx/\n(symbolic links)", other_color(0, 1)),
+    ("blobs/\n(bytes, unchanged)", other_color(1, 1)),
+    ("mine/\n(plain files, aligned)", tool_color("onnx-light", 1)),  # what onnx-light wrote
 ]
 blob_names = [os.path.basename(os.path.realpath(os.path.join(snapshot, n))) for n in names]
 entries = [

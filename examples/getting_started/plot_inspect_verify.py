@@ -31,6 +31,7 @@ import pandas
 
 import onnx_light.onnx as onnxl
 from onnx_light.bench import make_gemm_model, show_command, sized
+from onnx_light.bench.figures import STATE_COLORS
 
 N_WEIGHTS, DIM = sized((8, 1024), quick=(4, 256))
 
@@ -144,7 +145,7 @@ for y, t in enumerate(rows):
     ax.broken_barh(
         [(t["offset"] / MiB, t["length"] / MiB)],
         (y - 0.4, 0.8),
-        color="#d62728" if lost else "#2ca02c",
+        color=STATE_COLORS["bad" if lost else "good"],
     )
 ax.axvline(cut / MiB, color="black", ls="--", lw=1.5)
 ax.text(cut / MiB, len(rows) - 0.5, " the file ends here", va="center", fontsize=10)

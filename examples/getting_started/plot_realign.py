@@ -41,7 +41,15 @@ import onnxruntime
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, model_inputs, show_command, sized, tensor_places
+from onnx_light.bench import (
+    legend_beside,
+    make_gemm_model,
+    model_inputs,
+    show_command,
+    sized,
+    tensor_places,
+    tool_color,
+)
 
 N_WEIGHTS, DIM = sized((12, 1000), quick=(4, 300))
 PAGE = 4096
@@ -181,17 +189,18 @@ def bytes_label(value: float, _pos=None) -> str:
 
 x = np.arange(len(shown))
 fig, ax = plt.subplots(figsize=(8, 4.2))
-ax.bar(x - 0.2, pow2(shown["offset before"]), 0.4, label="before (onnx.save)", color="#d62728")
-ax.bar(x + 0.2, pow2(shown["offset after"]), 0.4, label="after (re-aligned)", color="#2ca02c")
+before, after = tool_color("onnx"), tool_color("onnx-light")  # who wrote each layout
+ax.bar(x - 0.2, pow2(shown["offset before"]), 0.4, label="before (onnx.save)", color=before)
+ax.bar(x + 0.2, pow2(shown["offset after"]), 0.4, label="after (re-aligned)", color=after)
 ax.axhline(PAGE, color="black", ls="--", lw=1.5, label="a page (4 KiB)")
 ax.set_yscale("log", base=2)
-ax.set_ylim(8, 64 * pow2(shown["offset after"]).max())  # room for the legend
+ax.set_ylim(8, 2 * pow2(shown["offset after"]).max())
 ax.yaxis.set_major_formatter(bytes_label)
 ax.set_xticks(x, shown.index, rotation=90 if len(shown) > 12 else 0)
 ax.set_xlabel("tensor (in file order)")
 ax.set_ylabel("offset is a multiple of (bytes)")
 ax.set_title("Every tensor starts on a page after re-aligning")
-ax.legend(loc="upper left", ncols=3, fontsize=9)
+legend_beside(ax)
 fig.tight_layout()
 plt.show()
 

@@ -37,7 +37,15 @@ import onnxruntime
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, model_inputs, show_command, sized, tensor_places
+from onnx_light.bench import (
+    legend_beside,
+    make_gemm_model,
+    model_inputs,
+    other_color,
+    show_command,
+    sized,
+    tensor_places,
+)
 
 N_WEIGHTS, DIM = sized((12, 1000), quick=(6, 300))
 MAX_SHARD = int(2.2 * 4 * DIM * DIM)  # bytes
@@ -150,7 +158,8 @@ for x, (_, rows) in enumerate(shards.groupby("location", sort=False)):
         following = rows[rows.offset > row.offset]
         nxt = following[following["name"].str.startswith("W")].offset.min()
         top = per_shard.file_bytes.iloc[x] if np.isnan(nxt) else nxt
-        ax.bar(x, (top - row.offset) / KiB, bottom=row.offset / KiB, color=f"C{i}", ec="white")
+        color = other_color(i, 1)  # the weights of one file: colours no tool has
+        ax.bar(x, (top - row.offset) / KiB, bottom=row.offset / KiB, color=color, ec="white")
         label = f"{row.name} + B{row.name[1:]}"
         ax.text(x, (row.offset + top) / 2 / KiB, label, ha="center", va="center", fontsize=11)
 ax.axhline(MAX_SHARD / KiB, color="black", ls="--", lw=1.5, label="max_shard_size")
@@ -159,7 +168,7 @@ ax.set_xticks(range(n), [f"shard {i + 1}" for i in range(n)])
 ax.set_ylim(0, 1.25 * MAX_SHARD / KiB)
 ax.set_ylabel("bytes in the shard file (KiB)")
 ax.set_title(f"{N_WEIGHTS} weights in {n} shards of at most {MAX_SHARD / KiB:,.0f} KiB")
-ax.legend(loc="upper right", fontsize=10)
+legend_beside(ax, fontsize=10)
 fig.tight_layout()
 plt.show()
 

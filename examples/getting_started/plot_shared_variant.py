@@ -37,6 +37,7 @@ from onnx_light.bench import (
     file_digests,
     make_gemm_model,
     model_inputs,
+    other_color,
     show_command,
     sized,
     tensor_places,
@@ -156,10 +157,10 @@ print("first.onnx and first.onnx.data unchanged")
 # adds one small file; the copy duplicates everything
 # (:func:`onnx_light.bench.tensor_places` lists each external tensor's file).
 
-colors = {
-    "first.onnx.data": "#1f77b4",
-    "variant.onnx.data": "#2ca02c",
-    "copy.onnx.data": "#d62728",
+colors = {  # files, not tools: colours no tool has
+    "first.onnx.data": other_color(0),
+    "variant.onnx.data": other_color(3),
+    "copy.onnx.data": other_color(1),
 }
 names = {"first": "first", "variant": "variant", "copy": "full copy"}
 fig, ax = plt.subplots(figsize=(8, 3.8))

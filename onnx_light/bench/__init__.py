@@ -14,8 +14,9 @@
 - ``onnx_light.bench.cache``: files dropped from the page cache;
 - ``onnx_light.bench.compare``: a ranking stated only when it holds
   beyond the spread of the rounds;
-- ``onnx_light.bench.figures``: one-picture summaries for the gallery, and
-  medians of rounds side by side;
+- ``onnx_light.bench.figures``: one-picture summaries for the gallery,
+  medians of rounds side by side, and the site's palette (each tool its
+  colour in every figure) and legends that cover no data;
 - ``onnx_light.bench.machine``: which machine a measurement was made on;
 - ``onnx_light.bench.sizes``: the full size of a measurement, or a quick one
   under ``UNITTEST_GOING=1``;
@@ -33,7 +34,14 @@ dependencies; all work on Linux (``/proc``) and degrade elsewhere.
 from .cache import evict
 from .command import show_command
 from .compare import Comparison, compare
-from .figures import median_bars, summary_bars
+from .figures import (
+    legend_beside,
+    median_bars,
+    other_color,
+    summary_bars,
+    tool_color,
+    tool_colors,
+)
 from .folders import empty_folder, file_digests, mib_on_disk
 from .machine import describe_machine
 from .memory import PeakMemory, measure_peak, release_free_memory
@@ -65,6 +73,7 @@ __all__ = [
     "evict",
     "file_digests",
     "hold_free_pages",
+    "legend_beside",
     "make_forest_model",
     "make_gemm_model",
     "make_many_tensors_model",
@@ -73,6 +82,7 @@ __all__ = [
     "median_bars",
     "mib_on_disk",
     "model_inputs",
+    "other_color",
     "prime",
     "quick_run",
     "read_status",
@@ -80,6 +90,8 @@ __all__ = [
     "sized",
     "summary_bars",
     "tensor_places",
+    "tool_color",
+    "tool_colors",
     "warm",
     "weights_nbytes",
 ]
