@@ -305,3 +305,27 @@ def test_a_model_whose_weights_exceed_2_gib(tmp_path):
     x[0, 0] = 1
     (y,) = ort.InferenceSession(str(tmp_path / "big16.onnx")).run(None, {"X": x})
     assert y[0, 0] == np.float16(1.5 * 2.5 * 3.5) and np.count_nonzero(y) == 1
+
+
+def test_an_initializer_kept_float32_keeps_its_declared_type(tmp_path):
+    """Resize's scales stay float32; torch's dynamo exporter declares them in value_info:
+    the declaration stays float32 (onnxruntime's converter makes it float16, which the
+    checker's full check refuses), the nodes are onnxruntime's."""
+    graph = oh.make_graph(
+        [oh.make_node("Resize", ["X", "", "scales"], ["Y"], mode="nearest")],
+        "g",
+        [oh.make_tensor_value_info("X", F, [1, 1, 2, 2])],
+        [oh.make_tensor_value_info("Y", F, [1, 1, 4, 4])],
+        [onh.from_array(np.array([1, 1, 2, 2], np.float32), "scales")],
+        value_info=[oh.make_tensor_value_info("scales", F, [4])],
+    )
+    src = str(tmp_path / "src.onnx")
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)]), src)
+    onnx.checker.check_model(src, full_check=True)
+    onnxl.convert_float_to_float16(src, tmp_path / "ours.onnx")
+    _usual(src, str(tmp_path / "theirs.onnx"))
+    ours, theirs = onnx.load(tmp_path / "ours.onnx"), onnx.load(tmp_path / "theirs.onnx")
+    types = {v.name: v.type.tensor_type.elem_type for v in ours.graph.value_info}
+    assert types["scales"] == F and ours.graph.initializer[0].data_type == F
+    assert Counter(map(_node_key, ours.graph.node)) == Counter(map(_node_key, theirs.graph.node))
+    onnx.checker.check_model(str(tmp_path / "ours.onnx"), full_check=True)

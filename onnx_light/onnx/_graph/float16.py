@@ -128,6 +128,7 @@ class _Rules:
         self.mixed: list[tuple[onnx.NodeProto, Scope]] = []
         self.casts: list[Insertion] = []
         self.to_float: dict[str, Insertion] = {}
+        self.graphs: list[onnx.GraphProto] = []  # every graph walked
         self.result = GraphResult()
 
     def run(self) -> GraphResult:
@@ -165,8 +166,23 @@ class _Rules:
                     cast = helper.make_node("Cast", [out], [name], to=10, name=out + "_node")
                     self.add(cast, _retyped(self.float16[name], out, _FLOAT), True, [scope])
                     node.output[i] = out
+        self.keep_float_types()
         insert_nodes(self.casts)
         return self.result
+
+    def keep_float_types(self) -> None:
+        """An initializer that stays float32 keeps a float32 type where the graph declares
+        one (value_info, an input of the same name). onnxruntime's converter makes every
+        float value_info float16, so its output declares ``float16`` for a float32
+        tensor (Resize's scales, as torch's dynamo exporter declares them), which
+        ``onnx.checker``'s full check refuses; its nodes are kept as they are."""
+        stay = {n for n, t in self.trackers.items() if t.tensor.data_type == _FLOAT}
+        if not stay:
+            return
+        for graph in self.graphs:
+            for value in itertools.chain(graph.input, graph.value_info):
+                if value.name in stay and value.type.tensor_type.elem_type == _FLOAT16:
+                    value.type.tensor_type.elem_type = _FLOAT
 
     def add(self, node: onnx.NodeProto, info, after: bool, scopes: list[Scope]) -> Insertion:
         cast = Insertion(node, info, after, scopes)
@@ -201,6 +217,7 @@ class _Rules:
         """Its initializers tracked, its nodes sorted into blocked, mixed and float16 (their
         attributes walked next), then its float value types made float16."""
         graph, settings = scope.graph, self.settings
+        self.graphs.append(graph)
         for tensor in graph.initializer:
             if tensor.data_type == _FLOAT:
                 if tensor.name in self.trackers:
