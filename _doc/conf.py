@@ -68,6 +68,7 @@ exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**/*.md"]
 templates_path: list[str] = []
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
+html_js_files = ["stack-tables.js"]  # comparison tables as cards on a phone
 
 # -- Autodoc and napoleon (Google-style docstrings) -------------------------
 
@@ -215,7 +216,7 @@ def _md_table(rows: list[str]) -> list[str]:
         ".. list-table::",
         "   :header-rows: 1",
         "   :widths: auto",
-        "   :class: report-table",
+        f"   :class: report-table report-cols-{width}",  # _static/custom.css: by columns
         "",
     ]
     for row in body:

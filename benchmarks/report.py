@@ -1,17 +1,28 @@
-"""Turn the workers' records into the results table, CSV and plot."""
+"""Turn the workers' records into the results tables, CSV and figures.
+
+A report opens with a summary (one line per target: the measured ratio or
+value at each size, the target, the result) and a figure per group of
+operations (each figure over its target), then the full tables. Both are
+drawn again from a report's CSV without measuring again:
+``python benchmarks/report.py benchmarks/results/latest``.
+"""
 
 from __future__ import annotations
 
 import csv
 import datetime
+import glob
 import math
+import os
+import re
 import statistics
 import subprocess
 import textwrap
 
-from suite import FIGURES, LABELS, SECONDS, MiB, Row
+from suite import FIGURES, GROUPS, LABELS, ROWS, SECONDS, MiB, Row
 
 from onnx_light.bench import describe_machine
+from onnx_light.bench.figures import STATE_COLORS
 
 COLUMNS = [
     "operation",
@@ -179,6 +190,7 @@ def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
                     "rounds": len(pairs),
                     "passed": passed,
                     "note": row.note or "",
+                    "group": row.group,
                     **extra,
                 }
             )
@@ -186,9 +198,13 @@ def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
 
 
 def markdown(
-    results: list[dict], header: str, footer: str, filesystems: dict[str | None, str]
+    results: list[dict],
+    header: str,
+    footer: str,
+    filesystems: dict[str | None, str],
+    figures: str | None = None,
 ) -> str:
-    """The report: one table per filesystem.
+    """The report: the summary, then one table per filesystem.
 
     Args:
         results: from :func:`evaluate`.
@@ -197,8 +213,10 @@ def markdown(
         filesystems: a heading per filesystem key (None: the work dir's own),
             in the order the tables come; a filesystem without results gets
             its heading and no table (the heading says why).
+        figures: the report's name (``latest``): the summary shows the
+            figures :func:`plot` draws beside it (None: no figure).
     """
-    lines = [header]
+    lines = [header, "", summary(results, figures)]
     for fs, heading in filesystems.items():
         lines += ["", f"## {heading}", ""]
         mine = [r for r in results if r["fs"] == fs]
@@ -223,47 +241,273 @@ def markdown(
 def write_csv(results: list[dict], path: str) -> None:
     keys = COLUMNS + ["fs", "op", "ref_op", "fig", "kind", "target_raw", "value_raw", "ref_raw"]
     keys += ["ratio_raw", "rounds", "value_min", "ref_min", "values", "ref_values", "others_cpu"]
-    keys += ["note"]
+    keys += ["note", "group"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, keys, extrasaction="ignore")
         w.writeheader()
         w.writerows(results)
 
 
-def plot(results: list[dict], path: str, title: str) -> None:
-    """Each targeted figure as a fraction of its target (1 = just meets it), log scale."""
+# short names for the summary and the figures (the tables keep the full LABELS)
+SHORT = {
+    "align": "re-align",
+    "align_aligned": "re-align, source already aligned",
+    "align_many": "re-align, 200,000 tensors",
+    "align_single": "re-align, single-file source",
+    "light_loadsave": "load + save in memory",
+    "light_load2": "load (two-file)",
+    "light_save": "save of a model in memory",
+    "shared_save": "shared save, 1/8 new",
+    "skip_load": "load(skip_raw_data=True)",
+    "ort_aligned": "onnxruntime session, aligned two-file",
+    "forest_scan": "scan of a tree ensemble",
+    "dedup": "dedup of two models",
+    "dedup_many": "dedup, 200,000 tensors",
+    "convert": "float16 convert",
+    "convert_many": "float16 convert, 200,000 tensors",
+    "cold_align": "re-align, cold",
+    "cold_align_drop": "re-align with drop_behind, cold",
+    "cg_align": "re-align, cold, in the cgroup",
+    "cg_align_drop": "re-align with drop_behind, cold, in the cgroup",
+    "cg_convert": "float16 convert, cold, in the cgroup",
+    # references
+    "copyfile": "copyfile",
+    "copyfile_aligned": "copyfile",
+    "cold_cp": "cp",
+    "cg_cp": "cp",
+    "onnx_loadsave": "onnx",
+    "onnx_load": "onnx",
+    "onnx_save": "onnx",
+    "onnx_load_single": "onnx",
+    "onnx_load_forest": "onnx",
+    "full_save": "a full save",
+    "align_quarter": "a quarter of the tensors",
+    "dedup_quarter": "a quarter of the tensors",
+    "ort_single": "the single-file model",
+    "cat_both": "cat of both files",
+    "floor_cast": "a numpy loop",
+    "ort_convert": "onnxruntime's converter",
+}
+for _op in ("ir_align", "ir_align_aligned", "ir_align_many", "ir_align_single", "ir_dedup"):
+    SHORT[_op] = "onnx-ir"
+SHORT.update(cold_ir="onnx-ir", cg_ir="onnx-ir")
+
+# what each group's figure shows
+GROUP_TITLES = {
+    "align": "Re-align a two-file model (weights off their pages)",
+    "align4": "Re-align a 4 GiB two-file model",
+    "aligned": "Re-align a model whose weights are aligned already",
+    "many": "Re-align 200,000 tiny tensors",
+    "inmem": "Load + save a model in memory",
+    "load": "Load a two-file model",
+    "save": "Save a model held in memory",
+    "shared": "Save a variant sharing the first model's weights",
+    "skip": "Load a single-file model without its weights",
+    "ort": "onnxruntime session of an aligned two-file model",
+    "forest": "Scan a tree ensemble's metadata",
+    "align1": "Re-align a single-file model",
+    "dedup": "Deduplicate two models sharing 7/8 of their weights",
+    "dedupmany": "Deduplicate 200,000 tiny tensors",
+    "convert": "Convert to float16",
+    "convertmany": "Convert 200,000 tiny tensors to float16",
+    "durable": "durable and drop_behind re-aligns",
+    "cold": "Cold page cache, 4 GiB",
+    "cgroup": "8 GiB in a memory cgroup of 2 GiB, cold",
+    "readahead": "Readahead hints on a cold re-align",
+}
+_GROUP_OF = {(r.op, "+".join(r.refs), r.figure): r.group for r in ROWS}
+
+
+def _group(r: dict) -> str:
+    """The group of a result (read from its row in older CSVs, which lack the column)."""
+    return r.get("group") or _GROUP_OF.get((r["op"], r["ref_op"], r["fig"]), "other")
+
+
+def _short(op: str) -> str:
+    return SHORT.get(op, LABELS.get(op, op))
+
+
+def _where(r: dict) -> str:
+    size = re.sub(r"(\d)([KMGT]iB)", r"\1 \2", r["size"])
+    return size + (f" on {r['fs']}" if r.get("fs") else "")
+
+
+def _against(r: dict) -> str:
+    """What a result is measured against, in short ("" for a target on the value alone)."""
+    if r["kind"] == "abs":
+        return ""
+    refs = [_short(op) for op in r["ref_op"].split("+")]
+    return refs[0] if len(refs) == 1 else "the faster of " + " and ".join(refs)
+
+
+def _measured(r: dict) -> str:
+    if r["kind"] == "ratio" and not math.isnan(r["ratio_raw"]):
+        ratio = r["ratio_raw"]
+        return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
+    return r["value"]
+
+
+def _faster(r: dict, results: list[dict]) -> str | None:
+    """Of a row's several references, the one whose median was the smallest (its own
+    row against that reference alone says so), or None."""
+    refs = r["ref_op"].split("+")
+    if len(refs) < 2:
+        return None
+    alone = {
+        x["ref_op"]: x["ref_raw"]
+        for x in results
+        if (x["op"], x["fig"], x["size"], x.get("fs") or "")
+        == (r["op"], r["fig"], r["size"], r.get("fs") or "")
+        and x["ref_op"] in refs
+        and not math.isnan(x["ref_raw"])
+    }
+    return _short(min(alone, key=alone.get)) if alone else None
+
+
+def _targeted(results: list[dict]) -> dict[str, list[dict]]:
+    """The results that have a target, by group, in the order of :data:`suite.GROUPS`."""
+    order = {g: i for i, g in enumerate(GROUPS)}
+    out: dict[str, list[dict]] = {}
+    for r in results:
+        if r["kind"]:
+            out.setdefault(_group(r), []).append(r)
+    return dict(sorted(out.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
+def summary(results: list[dict], figures: str | None = None) -> str:
+    """The report's first section: a line per target, and the figures of :func:`plot`.
+
+    A line is one target of one operation (against the same reference, for
+    the same figure) with what was measured at each size: the ratio to the
+    reference (the faster of them when there are several), or the value when
+    the target is on the value itself. Short enough to read on a phone; the
+    full tables follow.
+
+    Args:
+        results: from :func:`evaluate` or :func:`results_from_csv`.
+        figures: the report's name (``latest``) to show its figures
+            (``latest-<group>.png``), or None.
+    """
+    lines = ["## Summary", ""]
+    groups = _targeted(results)
+    if not groups:
+        return "\n".join([*lines, "No row of this report has a target.", ""])
+    lines += [
+        "Each line is a target: what was measured at each size (the ratio to the peer, or "
+        "to the faster of two peers, named after the size; the value itself for a target "
+        "on the value), the target, and the result. The full tables below give every "
+        "figure, its reference and the rounds' medians.",
+        "",
+        "| operation | measured | target | result |",
+        "|---|---|---|---|",
+    ]
+    for rows in groups.values():
+        lines_of: dict[tuple, list[dict]] = {}
+        first = {}  # a line per target, the targets of one comparison together
+        for r in rows:
+            first.setdefault((r["op"], r["ref_op"], r["fig"]), len(first))
+            lines_of.setdefault((r["op"], r["ref_op"], r["fig"], r["target"]), []).append(r)
+        for key in sorted(lines_of, key=lambda k: first[k[:3]]):
+            same = lines_of[key]
+            r = same[0]
+            against = _against(r)
+            what = f"{_short(r['op'])}: {r['figure']}" + (f" vs {against}" if against else "")
+            measured = ", ".join(
+                f"{_measured(x)} ({_where(x)}"
+                + (f", {faster}" if (faster := _faster(x, results)) else "")
+                + ")"
+                for x in same
+            )
+            missed = [x for x in same if x["result"] in ("FAIL", "ERROR")]
+            if missed:
+                verdicts = sorted({x["result"] for x in missed})
+                result = " ".join(f"**{v}**" for v in verdicts)
+                if len(same) > 1:
+                    result += " (" + ", ".join(_where(x) for x in missed) + ")"
+            else:
+                result = "PASS"
+            lines.append(f"| {what} | {measured} | {r['target']} | {result} |")
+    if figures:
+        lines += [
+            "",
+            "Each figure divides what was measured by its target (log scale): left of the "
+            "dashed line, the target is met.",
+        ]
+        for group in groups:
+            title = GROUP_TITLES.get(group, group)
+            lines += ["", f"![{title}]({figures}-{group}.png)"]
+    return "\n".join([*lines, ""])
+
+
+def plot(results: list[dict], path: str, title: str) -> list[str]:
+    """One figure per group: each targeted figure over its target (1: just met), log scale.
+
+    Args:
+        results: from :func:`evaluate` or :func:`results_from_csv`.
+        path: the report's figure path, ``results/latest.png``: the figures
+            are ``results/latest-<group>.png``. Figures of groups this
+            report no longer has, and the single figure of older reports,
+            are removed.
+        title: the machine line, written small under each figure.
+
+    Returns:
+        The paths written.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
-    rows = [r for r in results if r["kind"] and not math.isnan(r["value_raw"])]
-    labels, values, colors = [], [], []
-    for r in rows:
-        measured = r["ratio_raw"] if r["kind"] == "ratio" else r["value_raw"]
-        shown = r["ratio"] + "x" if r["kind"] == "ratio" else r["value"]
-        what = r["operation"].replace("onnxl.", "").replace("_external_data_streaming", "")
-        where = r["size"] + (f" on {r['fs']}" if r["fs"] else "")
-        label = f"{what}, {r['figure']}, {where}: {shown} (target {r['target']})"
-        if r["kind"] == "ratio":
-            label += f" against {r['reference']}"
-        labels.append("\n".join(textwrap.wrap(label, 90)))
-        values.append(max(measured / r["target_raw"], 1e-3))
-        colors.append("tab:green" if r["passed"] else "tab:red")
-    lines = sum(label.count("\n") + 1 for label in labels)
-    fig, ax = plt.subplots(figsize=(12, 0.3 * lines + 0.25 * len(rows) + 1.6))
-    y = range(len(rows))
-    ax.barh(list(y), values, color=colors)
-    ax.axvline(1.0, color="black", linestyle="--", linewidth=1)
-    ax.set_xscale("log")
-    ax.set_yticks(list(y), labels, fontsize=9)
-    ax.invert_yaxis()
-    ax.set_xlabel("measured / target  (left of the dashed line = target met)")
-    ax.set_xlim(left=1e-3)
-    fig.suptitle("\n".join(textwrap.wrap(title, 150)), fontsize=8)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    stem = path[: -len(".png")] if path.endswith(".png") else path
+    written = []
+    for group, rows in _targeted(results).items():
+        rows = [r for r in rows if not math.isnan(r["value_raw"])]
+        if not rows:
+            continue
+        first: dict[tuple, int] = {}  # one comparison's sizes together, as in the summary
+        for r in rows:
+            first.setdefault((r["op"], r["ref_op"], r["fig"]), len(first))
+        rows.sort(key=lambda r: first[(r["op"], r["ref_op"], r["fig"])])
+        labels, values, colors = [], [], []
+        for r in rows:
+            against = _against(r)
+            what = f"{_where(r)}: {r['figure']}" + (f" vs {against}" if against else "")
+            faster = _faster(r, results)
+            verdict = f"{_measured(r)}" + (f" ({faster})" if faster else "")
+            verdict += f", target {r['target']}: {r['result']}"
+            labels.append(textwrap.fill(what, 34, break_long_words=False) + "\n" + verdict)
+            measured = r["ratio_raw"] if r["kind"] == "ratio" else r["value_raw"]
+            if r["kind"] == "le":
+                measured = r["value_raw"] - r["ref_raw"]
+            values.append(max(measured / r["target_raw"], 1e-3))
+            colors.append(STATE_COLORS["good" if r["passed"] else "bad"])
+        height = sum(0.22 * (label.count("\n") + 1) + 0.2 for label in labels) + 1.5
+        fig, ax = plt.subplots(figsize=(7.2, height))
+        y = list(range(len(rows)))
+        ax.barh(y, values, color=colors, height=0.6)
+        ax.axvline(1.0, color="black", linestyle="--", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_xlim(1e-3, max(3.0, 1.5 * max(values)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
+        ax.set_yticks(y, labels, fontsize=10)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.set_xlabel("measured / target (left of the dashed line: met)", fontsize=10)
+        ax.set_title(GROUP_TITLES.get(group, group), fontsize=12, loc="left")
+        ax.grid(axis="x", alpha=0.3, which="major")
+        fig.text(0.01, 0.005, textwrap.fill(title, 150), fontsize=6, color="#555555", va="bottom")
+        fig.tight_layout(rect=(0, 0.03, 1, 1))
+        out = f"{stem}-{group}.png"
+        fig.savefig(out, dpi=150)
+        plt.close(fig)
+        written.append(out)
+    stale = [stem + ".png"] + glob.glob(glob.escape(stem) + "-*.png")
+    for old in stale:
+        group = old[len(stem) + 1 : -len(".png")]
+        stale_group = old == stem + ".png" or group in GROUPS
+        if old not in written and stale_group and os.path.exists(old):
+            os.remove(old)
+    return written
 
 
 def results_from_csv(path: str) -> list[dict]:
@@ -278,10 +522,43 @@ def results_from_csv(path: str) -> list[dict]:
     return out
 
 
-if __name__ == "__main__":  # redraw a report's figure from its CSV: report.py results/latest
+def with_summary(text: str, section: str) -> str:
+    """A report's Markdown with ``section`` as its summary: in place of the one it has,
+    else before its first ``##`` heading."""
+    old = re.search(r"^## Summary\n.*?(?=^## |\Z)", text, re.M | re.S)
+    if old:
+        return text[: old.start()] + section + "\n" + text[old.end() :]
+    first = re.search(r"^## ", text, re.M)
+    at = first.start() if first else len(text)
+    return text[:at] + section + "\n" + text[at:]
+
+
+def redraw(base: str) -> list[str]:
+    """Draw again the figures and the summary of a committed report from its CSV.
+
+    Nothing is measured: ``base.csv`` gives the results, ``base.md`` keeps its
+    tables, its header and footer, and gets the new summary.
+
+    Args:
+        base: the report's path without extension (``benchmarks/results/latest``).
+
+    Returns:
+        The figures written.
+    """
+    results = results_from_csv(base + ".csv")
+    with open(base + ".md", encoding="utf-8") as f:
+        text = f.read()
+    title = next((line.strip() for line in text.splitlines() if line.startswith("machine:")), base)
+    written = plot(results, base + ".png", title)
+    text = with_summary(text, summary(results, os.path.basename(base)))
+    with open(base + ".md", "w", encoding="utf-8") as f:
+        f.write(text)
+    return written
+
+
+if __name__ == "__main__":  # report.py results/latest [results/cold ...]: redraw from the CSVs
     import sys
 
-    base = sys.argv[1]
-    with open(base + ".md", encoding="utf-8") as f:
-        title = next((line.strip() for line in f if line.startswith("machine:")), base)
-    plot(results_from_csv(base + ".csv"), base + ".png", title)
+    for base in sys.argv[1:]:
+        for path in redraw(base):
+            print(path)

@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         + (f" {held}" if held else "")
         + _cold_footer(args, plan_labels)
     )
-    text = report.markdown(results, header, footer, headings)
+    text = report.markdown(results, header, footer, headings, figures=args.output)
     if profiles or profile_note:
         text += "\n" + kprofile.markdown(profiles, profile_note)
     print(text)
@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         f.write(text)
     report.write_csv(results, base + ".csv")
     report.plot(results, base + ".png", machine)
-    log(f"wrote {base}.md, .csv and .png")
+    log(f"wrote {base}.md, .csv and a figure per group ({base}-GROUP.png)")
 
     errors = [r for r in results if r["result"] == "ERROR"]
     errors += [k for k, v in records.items() if any(x is None for x in v)]
