@@ -9,6 +9,7 @@ from __future__ import annotations
 ORDER = [
     # Getting started: one task each
     "plot_realign.py",
+    "plot_dedup.py",
     "plot_inspect_verify.py",
     "plot_hf_cache.py",
     "plot_shards.py",

@@ -59,6 +59,13 @@ CONCLUSIONS = {
         r"outputs \(\d+, \d+\): shared == naive, and match numpy",
     ],
     "plot_threads_load_save.py": [r"the default num_threads=None uses at most \d+ threads? .*"],
+    "plot_dedup.py": [
+        r"[\d.]+ MiB of tensors -> [\d.]+ MiB written \([\d.]+ MiB saved\), \d+ tensors stored "
+        r"once for both",
+        r"\d+ tensors, each at the same offset of model.onnx_data in both models",
+        r"onnxruntime: the same outputs before and after, for decoder_model and "
+        r"decoder_with_past_model",
+    ],
     "plot_edit_without_loading.py": [
         r"half.onnx: same outputs as onnx's in-memory edit",
         r"compact/half.onnx: same outputs as onnx's in-memory edit",
