@@ -55,7 +55,29 @@ def test_peak_memory_comes_from_the_kernel_for_each_run():
     assert min(rounds.peaks("allocate")) >= 60
     assert max(rounds.peaks("nothing")) < 16
     c = rounds.compare("nothing", "allocate", what="peak")
-    assert c.separated and c.sentence().startswith("nothing used less than allocate")
+    assert c.separated and c.own_sentence().startswith("nothing used less than allocate")
+    assert c.unit == "MiB" and c.script == "test_rounds.py"  # its key in the gallery report
+
+
+def test_while_the_gallery_report_is_measured_a_compared_measure_gets_its_rounds(monkeypatch):
+    """make gallery-report sets ONNX_LIGHT_GALLERY_ROUNDS: every measure a page compares
+    (3 rounds or more, or the default) gets them; a timeline or a profile of 1 keeps 1."""
+    monkeypatch.setenv("ONNX_LIGHT_GALLERY_ROUNDS", "4")
+    monkeypatch.setenv("UNITTEST_GOING", "1")  # a quick run would measure 1 by default
+    case = {"a": lambda: None}
+    assert len(measure_rounds(case).seconds("a")) == 4
+    assert len(measure_rounds(case, rounds=3).seconds("a")) == 4
+    assert len(measure_rounds(case, rounds=1).seconds("a")) == 1
+    monkeypatch.delenv("ONNX_LIGHT_GALLERY_ROUNDS")
+    assert len(measure_rounds(case).seconds("a")) == 1
+    assert len(measure_rounds(case, rounds=3).seconds("a")) == 3
+
+
+def test_rounds_compare_keeps_the_rounds_in_order_and_the_context():
+    rounds = measure_rounds({"a": lambda: None, "b": lambda: None}, rounds=3)
+    c = rounds.compare("a", "b", context="load")
+    assert list(c.a) == rounds.seconds("a") and list(c.b) == rounds.seconds("b")
+    assert c.context == "load" and c.sentence().startswith("load: a / b: no entry in the gallery")
 
 
 def test_a_failing_case_raises_with_its_traceback():

@@ -123,7 +123,7 @@ class Comparison:
     @property
     def reported(self) -> dict | None:
         """The report's entry for this comparison (None: the report has none)."""
-        entries = _load_report(os.environ.get(REPORT_ENV, REPORT))
+        entries = report_entries()
         return entries.get((self.script, self.context, self.name_a, self.name_b, self.unit))
 
     @property
@@ -328,8 +328,14 @@ def stated(entry: dict) -> str:
 _cache: dict[tuple[str, float], dict] = {}
 
 
-def _load_report(path: str) -> dict:
-    """``{(script, context, a, b, unit): entry}`` of a report file (empty: no file)."""
+def report_entries(path: str | None = None) -> dict:
+    """``{(script, context, a, b, unit): entry}`` of the gallery report (empty: no file).
+
+    Args:
+        path: the report (None: ``ONNX_LIGHT_GALLERY_REPORT``, else the committed
+            ``benchmarks/results/gallery.json``).
+    """
+    path = os.environ.get(REPORT_ENV, REPORT) if path is None else path
     try:
         mtime = os.stat(path).st_mtime
     except OSError:
