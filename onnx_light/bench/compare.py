@@ -182,7 +182,7 @@ class Comparison:
 
         Returns:
             ``[context: ]`` the report's verdict and its numbers, then ``This build:
-            R, inside the report's range.`` (or outside it, flagged); without a
+            R, inside the report's range L-H.`` (or outside it, flagged); without a
             report entry, that the report has none and this build's own
             measurement.
 
