@@ -91,3 +91,30 @@ def test_not_an_onnx_file(tmp_path):
         onnxl.load(tmp_path / "nope.onnx")
     with pytest.raises(IsADirectoryError):
         onnxl.load(tmp_path)
+
+
+def test_default_num_threads_is_one_reader(tmp_path, monkeypatch):
+    """num_threads=None reads with one thread, even a model of one file per tensor:
+    measured (benchmarks/threads_proof.py), more readers were slower warm and faster
+    cold, neither beyond the rounds' spread. Asked for, they run, up to one per file."""
+    from onnx_light.onnx import _io
+
+    used = []
+    real = _io.read_refs
+
+    def spy(refs, files, num_threads=1):
+        used.append(num_threads)
+        return real(refs, files, num_threads)
+
+    monkeypatch.setattr(_io, "read_refs", spy)
+    model = make_every_kind_model()
+    path = tmp_path / "m.onnx"
+    save_two_file(model, path, per_tensor=True, size_threshold=0)
+    files = len(os.listdir(tmp_path)) - 1
+    assert files > 4
+    onnxl.load(path)
+    onnxl.load(path, num_threads=None)
+    onnxl.load(path, num_threads=4)
+    onnxl.load(path, num_threads=10 * files)
+    assert used == [1, 1, 4, files]
+    assert onnxl.check_setting("num_threads", None) == 1

@@ -32,7 +32,7 @@ def read_external_data(
     (``make bench``: 1.1x the time of one reader at 1 GiB).
     """
     count = len({ref.source for ref in refs})
-    threads = min(check_num_threads(num_threads, files=count), max(count, 1))
+    threads = min(check_num_threads(num_threads), max(count, 1))
     for ref, data in read_refs(refs, files, threads):
         set_inline(ref.site.tensor, data)
 
@@ -59,8 +59,12 @@ def load(
             every inline raw_data of 1 KiB or more becomes an external
             reference into the ``.onnx`` file itself (location = its name,
             offset and length of the bytes). Requires ``load_external_data=False``.
-        num_threads: parallel readers, at most one per data file (None:
-            one per data file, at most 4 and the number of CPUs).
+        num_threads: parallel readers, at most as many as the data files.
+            None (default): one. Measured on a model of one file per tensor
+            (``benchmarks/threads_proof.py``), 4 readers were faster in most
+            rounds with the files cold and slower in most with them in the
+            page cache, neither beyond the rounds' spread: pass 4 for a cold
+            model of many files, and measure.
 
     Returns:
         An :class:`onnx.ModelProto`.

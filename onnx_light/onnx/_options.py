@@ -114,18 +114,19 @@ def check_progress(value: object):
     return value
 
 
-def check_num_threads(value: object, files: int = 1) -> int:
-    """Validate ``num_threads`` and resolve ``None`` to an automatic count.
+def check_num_threads(value: object) -> int:
+    """Validate ``num_threads`` and resolve ``None`` to the default: one thread.
 
-    The automatic count is one thread per file, at most 4 and the number of
-    CPUs. Measured here (``examples/benchmarks/plot_threads_load_save.py``): threads pay
-    off when many files are read (one file per tensor, cold cache); on one
-    file more threads only contend, since the kernel serialises buffered
-    writes to a file and page-cache reads are bound by memory.
+    One reader, one writer, unless more are asked for. Measured
+    (``benchmarks/threads_proof.py``, 15 interleaved rounds in fresh processes,
+    its report in ``benchmarks/results/threads_proof.md``): on a model of one
+    file per tensor, parallel readers were faster in most rounds when the
+    files were cold and slower in most when they were in the page cache, and
+    neither held beyond the rounds' spread; saves and one-file reads did not
+    change. A load never runs more readers than it has data files.
 
     Args:
-        value: ``None`` (automatic) or an int >= 1.
-        files: how many files the operation reads or writes in parallel.
+        value: ``None`` (the default, one thread) or an int >= 1.
 
     Returns:
         The number of threads to use.
@@ -135,7 +136,7 @@ def check_num_threads(value: object, files: int = 1) -> int:
         ValueError: when it is < 1.
     """
     if value is None:
-        return max(1, min(4, os.cpu_count() or 1, files))
+        return 1
     value = _int(value, "num_threads", "None or an int >= 1")
     if value < 1:
         raise ValueError(f"num_threads must be None or an int >= 1, got {value!r}")
@@ -267,9 +268,9 @@ class SerializeOptions:
         use_external_data_location: tensors already stored as external data
             keep their ``external_data`` entries verbatim (True, default) or have
             their bytes streamed into the new weights file (False).
-        num_threads: parallel writers; ``None`` picks a number automatically
-            (one per destination file: 1, since buffered writes to one file do
-            not go faster with more threads).
+        num_threads: parallel writers of the tensors held in memory;
+            ``None`` (default): one (more did not make a save faster, see
+            :func:`~onnx_light.onnx.load`'s ``num_threads``).
         max_shard_size: split the weights file into shards of at most this
             many bytes, named as onnx-ir names them
             (``model-00001-of-00003.onnx.data``); None (default): one file.
