@@ -215,13 +215,35 @@ df.pivot(index=["operation", "layout"], columns="who", values="MiB/s")
 # What it says
 # ------------
 #
-# The speed-up of 4 threads over 1 (ratio of medians), per operation and
-# layout:
+# ``num_threads`` can act in three cases only: loading the model of one
+# file per tensor (warm and cold), and saving into two files. Elsewhere
+# there is one data file to read (a load never runs more readers than it
+# has data files), no weights file to write, or only bytes the kernel
+# copies file to file: what a ratio would show there is the machine's
+# noise, so the table leaves those cases out.
+
+
+def no_parallel_work(operation: str, layout: str) -> str | None:
+    """Why num_threads cannot change a case: there is one file to read, nothing to
+    write in parallel (load reads each data file with one reader), or only bytes the
+    copy engine moves file to file."""
+    if operation.startswith("load") and layout != "one file per tensor":
+        return "at most one data file: one reader"
+    if operation.startswith("save") and layout == "one file":
+        return "no weights file to write"
+    if operation.startswith("save") and layout == "one file per tensor":
+        return "its bytes are copied file to file by the kernel: no writer thread"
+    return None
+
+
+# %%
+# The speed-up of 4 threads over 1 (ratio of medians), where threads can act:
 
 speedup = df[df["threads"] > 0].pivot(
     index=["operation", "layout"], columns="threads", values="seconds"
 )
-(speedup[1] / speedup[4]).round(2).rename("speed with 4 threads / with 1").to_frame()
+acts = [no_parallel_work(op, layout) is None for op, layout in speedup.index]
+(speedup[1] / speedup[4])[acts].round(2).rename("speed with 4 threads / with 1").to_frame()
 
 # %%
 # In words, from the gallery report (measured once, with more rounds): 4
@@ -232,16 +254,6 @@ speedup = df[df["threads"] > 0].pivot(
 
 print(f"measured on {describe_machine()}")
 ratio = (speedup[1] / speedup[4]).rename("gain")
-
-
-def no_parallel_work(operation: str, layout: str) -> str | None:
-    """Why num_threads cannot change a case: there is one file to read or nothing to
-    write in parallel (load reads each data file with one reader)."""
-    if operation.startswith("load") and layout != "one file per tensor":
-        return "at most one data file: one reader"
-    if operation.startswith("save") and layout == "one file":
-        return "no weights file to write"
-    return None
 
 
 def rounds_of(operation: str, layout: str, threads: int) -> list[float]:
@@ -267,33 +279,39 @@ for operation, layout in ratio.index:
         paid_off.append(f"{operation}, {layout}")
 if not paid_off:
     print("threads paid off beyond the noise in no case (the gallery report's verdicts)")
+default = onnxl.check_setting("num_threads", None)
 print(
-    f"the default num_threads=None uses at most {min(4, os.cpu_count() or 1)} threads "
-    "here (one per data file, at most 4 and the CPUs)"
+    f"the default num_threads=None uses at most {default} thread{'s' if default > 1 else ''} "
+    "here (one reader and one writer, unless more are asked for)"
 )
 ratio = ratio[[no_parallel_work(op, layout) is None for op, layout in ratio.index]]
 
 # %%
 # Why:
 #
-# * with the files in the **page cache**, loading is a memory copy, and one
-#   thread is often enough to saturate it: more threads then add only their
-#   own cost;
-# * from **disk**, the one-file-per-tensor layout is where threads help
-#   most: one tensor per file means one ``open`` and one small read per
-#   tensor, and parallel readers keep the disk busy while the others wait;
-# * a **single-file** model is one protobuf message, read and parsed (or
-#   serialized and written) in one go; what threads change there comes from
-#   the reads of its file, not from parsing;
-# * **saves** write to the page cache, which is fast and noisy. Gathering
-#   many files into one weights file copies in the kernel and needs no
-#   threads at all.
+# * with the files in the **page cache**, loading is a memory copy that
+#   protobuf makes while holding the GIL, and one reader keeps up with it:
+#   more readers add their own cost;
+# * from **disk**, the one-file-per-tensor layout is where parallel readers
+#   can keep the disk busy while the others wait: one tensor per file means
+#   one ``open`` and one small read per tensor. The rounds of
+#   ``benchmarks/threads_proof.py`` (its report on
+#   :ref:`l-howto-load-save-onnx-files`) found them faster there in most
+#   rounds cold, and slower in most rounds warm, neither beyond the rounds'
+#   spread;
+# * a **single-file** model is one protobuf message, read and parsed in one
+#   go, and a **two-file** model has one data file: ``num_threads`` has
+#   nothing to spread;
+# * **saves** write to the page cache, which is fast and noisy; more
+#   writers changed nothing there. Gathering many files into one weights
+#   file copies in the kernel and needs no threads at all.
 #
-# The default (``num_threads=None``) is one thread per data file, at most 4
-# and the number of CPUs (see :class:`onnx_light.onnx.SerializeOptions` and
-# :func:`onnx_light.onnx.load`). Threads pay off when reads wait: cold files,
-# many files, fast NVMe disks with more cores, network file systems with high
-# latency. Measure on the machine that matters.
+# The default (``num_threads=None``) is therefore one reader and one writer
+# (see :class:`onnx_light.onnx.SerializeOptions` and
+# :func:`onnx_light.onnx.load`). More threads can pay off where reads wait
+# (cold files, many files, fast NVMe disks with more cores, network file
+# systems with high latency): ask for them, and measure on the machine that
+# matters.
 
 # %%
 # The result in one picture: what 4 threads do to the speed of 1, per case
