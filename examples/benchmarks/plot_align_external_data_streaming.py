@@ -239,8 +239,8 @@ assert memory_peak >= 0.9 * weights, "load + save holds every weight"
 # The result in one picture: the peak memory of each way (the weights' size
 # dashed), the median of the rounds with their min-max.
 
-colors = {  # both ways are onnx-light's: the in-memory one in a lighter shade
-    "in memory (load + save)": tool_color("onnx-light", 1),
+colors = {  # both ways are onnx-light's: the in-memory one in a darker shade
+    "in memory (load + save)": tool_color("onnx-light", 2),
     "streaming": tool_color("onnx-light"),
     "shutil.copyfile (reference)": tool_color("floor"),
 }
