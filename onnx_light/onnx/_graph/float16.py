@@ -35,7 +35,7 @@ from onnx import TensorProto, helper
 
 from .._read.tensors import is_external
 from .._write.clip import clip_to_float16
-from .infer import infer_shapes
+from .infer import infer_shapes, tensor_value_info
 from .insert import Insertion, Scope, insert_nodes
 
 __all__ = ["ALWAYS_FLOAT_INPUTS", "DEFAULT_OP_BLOCK_LIST", "GraphResult", "convert_graph"]
@@ -81,9 +81,14 @@ class GraphResult:
     clipped: dict[str, int] = field(default_factory=dict)
 
 
-def _retyped(info: onnx.ValueInfoProto, name: str, elem_type: int) -> onnx.ValueInfoProto:
+def _retyped(
+    info: onnx.ValueInfoProto | TensorProto, name: str, elem_type: int
+) -> onnx.ValueInfoProto:
     """A copy of ``info`` for the value ``name`` of ``elem_type`` (onnxruntime's way:
-    a sequence's copy becomes a tensor of that type)."""
+    a sequence's copy becomes a tensor of that type); of an initializer, the value
+    info onnxruntime makes of it (its dims), made only when a Cast needs it."""
+    if isinstance(info, TensorProto):
+        return tensor_value_info(name, elem_type, info.dims)
     copy = onnx.ValueInfoProto()
     copy.CopyFrom(info)
     copy.name = name
@@ -120,7 +125,8 @@ class _Rules:
     def __init__(self, model: onnx.ModelProto, settings: _Settings) -> None:
         self.model, self.settings = model, settings
         self.main = Scope(model.graph)
-        self.float16: dict[str, onnx.ValueInfoProto] = {}  # its value_info_list, first of a name
+        # its value_info_list, the first of each name (an initializer: the tensor itself)
+        self.float16: dict[str, onnx.ValueInfoProto | TensorProto] = {}
         self.renamed: dict[str, str] = {}
         self.kept_io: set[str] = set()
         self.trackers: dict[str, _Tracker] = {}
@@ -148,8 +154,7 @@ class _Rules:
             if settings.force_fp16_initializers or tracker.fp16:
                 tensor = tracker.tensor
                 self.convert(tensor, tensor.name)
-                info = helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
-                self.float16.setdefault(tensor.name, info)
+                self.float16.setdefault(tensor.name, tensor)  # its value info, when needed
         for node, scope in self.mixed:
             forced = settings.force_fp16_inputs.get(node.op_type, ())
             for i, name in enumerate(node.input):

@@ -18,11 +18,24 @@ weights are inputs. The inferred types then go back into the model.
 from __future__ import annotations
 
 import onnx
-from onnx import helper
 
 from .._read.tensors import is_external
 
-__all__ = ["infer_shapes"]
+__all__ = ["infer_shapes", "tensor_value_info"]
+
+
+def tensor_value_info(name: str, elem_type: int, dims) -> onnx.ValueInfoProto:
+    """``onnx.helper.make_tensor_value_info(name, elem_type, dims)`` for known dims, built
+    field by field (five times faster: a model may have 200,000 weights)."""
+    info = onnx.ValueInfoProto(name=name)
+    tensor_type = info.type.tensor_type
+    tensor_type.elem_type = elem_type
+    shape = tensor_type.shape
+    shape.SetInParent()  # a scalar has a shape too, of no dims
+    add = shape.dim.add
+    for d in dims:
+        add().dim_value = d
+    return info
 
 
 def _graphs(graph: onnx.GraphProto):
@@ -60,7 +73,7 @@ def _hide_external(model: onnx.ModelProto) -> None:
                 node.input[:] = [name]
     declared = {v.name for v in model.graph.input}
     model.graph.input.extend(
-        helper.make_tensor_value_info(name, elem, dims)
+        tensor_value_info(name, elem, dims)
         for name, (elem, dims) in hidden.items()
         if name not in declared
     )

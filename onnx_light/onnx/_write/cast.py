@@ -174,7 +174,10 @@ def _pieces(jobs: list[tuple[int, Item, int]]):
             if (
                 position != last_position + 1
                 or ref.source is not head[0].ref.source
-                or conversion != head[0].cast.conversion
+                or (
+                    conversion is not head[0].cast.conversion
+                    and conversion != head[0].cast.conversion
+                )
                 or ref.offset != tail[1] + tail[2]
                 or ref.offset + ref.length - head[1] > BATCH
                 or offset + conversion.length(ref.length) - head[3] > BATCH
