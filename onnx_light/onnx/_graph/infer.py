@@ -52,16 +52,23 @@ def _graphs(graph: onnx.GraphProto):
 
 
 def _hide_external(model: onnx.ModelProto) -> None:
-    """Make every external tensor of ``model`` an input of its main graph."""
+    """Make every external tensor of ``model`` that a node reads an input of its main
+    graph (one no node reads cannot make onnx drop a type: it stays, unread)."""
     hidden: dict[str, tuple[int, list[int]]] = {}  # name: type, dims (two branches may share one)
-    for index, graph in enumerate(_graphs(model.graph)):
+    graphs = list(_graphs(model.graph))
+    read = {name for graph in graphs for node in graph.node for name in node.input}
+
+    def hides(tensor: onnx.TensorProto) -> bool:
+        return tensor.name in read and is_external(tensor)
+
+    for index, graph in enumerate(graphs):
         inputs = {v.name for v in graph.input} if index else set()  # the main graph's: below
-        external = [t for t in graph.initializer if is_external(t)]
+        external = [t for t in graph.initializer if hides(t)]
         for tensor in external:
             if tensor.name not in inputs:
                 hidden.setdefault(tensor.name, (tensor.data_type, list(tensor.dims)))
         if external:  # moved last (a stable sort), then dropped
-            graph.initializer.sort(key=is_external)
+            graph.initializer.sort(key=hides)
             del graph.initializer[len(graph.initializer) - len(external) :]
         for node in graph.node:
             values = [a for a in node.attribute if a.name == "value" and a.HasField("t")]
