@@ -6,7 +6,7 @@ report (``benchmarks/results/gallery.json``, measured once by ``make
 gallery-report``), "A was faster than B: ..." or "A and B are within this
 machine's noise (gallery report: ...)", followed by where the build's own
 ratio fell ("This build: 0.74x, inside the report's range 0.70x-0.81x", or
-outside it, flagged). A comparison the report lacks says so and gives the
+outside it, flagged), wrapped over lines indented by two spaces. A comparison the report lacks says so and gives the
 build's own measurement, marked as such. This script reads them from the
 built pages and compares two builds::
 
@@ -94,6 +94,18 @@ def read(line: str) -> Conclusion | None:
     return None
 
 
+def logical_lines(text: str) -> list[str]:
+    """The lines of an output, a sentence wrapped over several lines joined back into one
+    (:meth:`~onnx_light.bench.Comparison.sentence` indents its next lines by two spaces)."""
+    lines: list[str] = []
+    for line in text.splitlines():
+        if lines and line.startswith("  ") and line.strip():
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line)
+    return lines
+
+
 def verdict(sentence: str) -> tuple[tuple[str, str], str] | None:
     """``((first name, second name) sorted, verdict)`` of one sentence, None if it is none."""
     c = read(sentence)
@@ -110,7 +122,7 @@ def conclusions(site: str) -> dict[tuple[str, str, tuple[str, str]], Conclusion]
             page = os.path.relpath(os.path.join(root, name), site)
             with open(os.path.join(root, name), encoding="utf-8") as f:
                 text = html.unescape(re.sub(r"<[^>]+>", "", f.read()))
-            for line in text.splitlines():
+            for line in logical_lines(text):
                 if (c := read(line)) is not None:
                     found[(page, c.context, c.pair)] = c
     return found

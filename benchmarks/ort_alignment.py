@@ -641,7 +641,7 @@ def write_report(
                         [v / scale for v in col(kb, field)],
                         unit=unit,
                     )
-                    lines.append(f"* {c.sentence()}")
+                    lines.append(f"* {c.own_sentence()}")  # this report is the measurement
         lines.append("")
     lines.append("")
     md_path.write_text("\n".join(lines))

@@ -40,6 +40,11 @@ def build(a, b, name_a="streaming", name_b="copy", **kw) -> Comparison:
     return compare(name_a, a, name_b, b, script="plot_x.py", **kw)
 
 
+def said(c: Comparison) -> str:
+    """The sentence on one line (a page's output block wraps it, next lines indented)."""
+    return c.sentence().replace("\n  ", " ")
+
+
 # -- the rule a verdict is decided by (the report's, or a build's own without one) --
 
 
@@ -99,8 +104,8 @@ def test_the_script_is_the_callers_file():
 
 
 def test_two_builds_state_the_same_words_each_with_its_own_ratio(report):
-    one = build([1.0, 1.1, 1.2, 1.1, 1.0], [2.0, 2.2, 2.3, 2.1, 2.2]).sentence()
-    two = build([1.0, 1.2, 1.1, 1.0, 1.3], [1.95, 2.3, 2.1, 1.95, 2.6]).sentence()
+    one = said(build([1.0, 1.1, 1.2, 1.1, 1.0], [2.0, 2.2, 2.3, 2.1, 2.2]))
+    two = said(build([1.0, 1.2, 1.1, 1.0, 1.3], [1.95, 2.3, 2.1, 1.95, 2.6]))
     words = (
         "streaming was faster than copy: copy took 2.00x as long (gallery report: the median "
         "of 7 per-round ratios, from 1.90x to 2.20x; every round of streaming below every "
@@ -111,27 +116,35 @@ def test_two_builds_state_the_same_words_each_with_its_own_ratio(report):
     assert two.endswith("This build: 1.95x, inside the report's range 1.90x-2.20x.")
 
 
+def test_a_sentence_fits_a_pages_output_block(report):
+    c = build([1.0, 1.1, 1.2], [1.2, 1.3, 1.5], "onnx-light: align_external_data_streaming")
+    lines = c.sentence().splitlines()
+    assert len(lines) > 2 and all(len(line) <= 100 for line in lines)
+    assert all(line.startswith("  ") and not line.startswith("   ") for line in lines[1:])
+    assert "onnx-light: align_external_data_streaming" in " ".join(x.strip() for x in lines)
+
+
 def test_a_build_outside_the_range_is_flagged_not_failed(report):
     """Streaming still faster, but only 1.2x: beyond the report's spread, not reversed."""
-    text = build([1.0, 1.1, 1.2], [1.2, 1.3, 1.5]).sentence()
+    text = said(build([1.0, 1.1, 1.2], [1.2, 1.3, 1.5]))
     assert text.startswith("streaming was faster than copy: copy took 2.00x as long")
     assert "This build: 1.20x, outside the report's range 1.90x-2.20x (flagged" in text
 
 
 def test_a_build_that_reverses_the_ranking_beyond_its_noise_fails(report):
     with pytest.raises(ContradictsReport, match=r"(?s)0\.52x.*contradicts.*make gallery-report"):
-        build([2.0, 2.1, 2.2], [1.0, 1.1, 1.2]).sentence()
+        said(build([2.0, 2.1, 2.2], [1.0, 1.1, 1.2]))
     assert issubclass(ContradictsReport, AssertionError)  # a failed example: make doc fails
 
 
 def test_a_reversed_median_within_the_builds_noise_is_only_flagged(report):
     """copy's median below streaming's, but their rounds overlap: not beyond the noise."""
-    text = build([1.0, 2.6, 2.5], [2.4, 1.2, 2.0]).sentence()
+    text = said(build([1.0, 2.6, 2.5], [2.4, 1.2, 2.0]))
     assert "outside the report's range" in text and "flagged" in text
 
 
 def test_a_report_within_the_noise_is_never_contradicted(report):
-    text = build([1.0, 1.0, 1.0], [5.0, 5.0, 5.0], "a", "b", context="load").sentence()
+    text = said(build([1.0, 1.0, 1.0], [5.0, 5.0, 5.0], "a", "b", context="load"))
     assert text.startswith("load: a and b are within this machine's noise (gallery report: a / b ")
     assert "This build: 0.20x, outside the report's range" in text
     assert build([1.0, 1.0, 1.0], [5.0, 5.0, 5.0], "a", "b", context="load").first is None
@@ -139,7 +152,7 @@ def test_a_report_within_the_noise_is_never_contradicted(report):
 
 def test_a_quick_run_states_the_words_and_is_not_compared(report, monkeypatch):
     monkeypatch.setenv("UNITTEST_GOING", "1")
-    text = build([2.0, 2.1, 2.2], [1.0, 1.1, 1.2]).sentence()  # reversed: no error here
+    text = said(build([2.0, 2.1, 2.2], [1.0, 1.1, 1.2]))  # reversed: no error here
     assert text.startswith("streaming was faster than copy: copy took 2.00x as long")
     assert text.endswith(
         "This build (a quick run, small sizes): 0.52x, not compared with the report."
@@ -147,7 +160,7 @@ def test_a_quick_run_states_the_words_and_is_not_compared(report, monkeypatch):
 
 
 def test_a_comparison_the_report_lacks_says_so_and_gives_the_builds_own(report):
-    text = build([1.0, 1.0, 1.0], [5.0, 5.0, 5.0], "a", "b", context="save").sentence()
+    text = said(build([1.0, 1.0, 1.0], [5.0, 5.0, 5.0], "a", "b", context="save"))
     assert text.startswith("save: a / b: no entry in the gallery report")
     assert text.endswith(
         "This build's own measurement, not the report's: a was faster than b: b took 5.00x as "
@@ -166,7 +179,7 @@ def test_the_ranking_a_page_acts_on_is_the_reports(report):
 def test_while_the_report_is_measured_sentences_record_their_rounds(report, tmp_path, monkeypatch):
     records = tmp_path / "records.jsonl"
     monkeypatch.setenv(MEASURE_ENV, str(records))
-    text = build([2.0, 2.1, 2.2], [1.0, 1.1, 1.2], context="save").sentence()
+    text = said(build([2.0, 2.1, 2.2], [1.0, 1.1, 1.2], context="save"))
     assert text.startswith("save: measured for the gallery report: copy was faster than streaming")
     (line,) = records.read_text().splitlines()
     got = json.loads(line)
@@ -187,4 +200,4 @@ def test_a_report_entry_holds_the_ratios_their_range_and_the_verdict(report):
     )
     assert ranked["verdict"] == "streaming first" and ranked["rounds_a"] == FAST
     assert tie["verdict"] == "within the noise" and tie["ratios"]["of"] == "a / b"
-    assert ranked["words"] == build(FAST, SLOW).sentence().split(" This build")[0]
+    assert ranked["words"] == said(build(FAST, SLOW)).split(" This build")[0]

@@ -50,7 +50,13 @@ def report(tmp_path, monkeypatch):
 
 
 def said(name_a, a, name_b, b, **kw):
+    """The sentence as a page prints it: wrapped, the next lines indented."""
     return compare(name_a, a, name_b, b, script="plot_x.py", **kw).sentence()
+
+
+def read(text):
+    (line,) = conclusions.logical_lines(text)
+    return conclusions.read(line)
 
 
 def _page(folder, sentences):
@@ -64,13 +70,11 @@ def _page(folder, sentences):
 
 
 def test_every_form_of_sentence_gives_its_verdict(report):
-    ranked = conclusions.read(said("in memory (load + save)", SLOW, "streaming", FAST))
-    noise = conclusions.read(said("onnx-light", [1, 2, 3], "onnx", [2, 2, 2], context="load"))
-    colon = conclusions.read(
-        said("onnx-light: align", FAST, "onnx: load + save", SLOW, context="re-align")
-    )
-    own = conclusions.read(said("a", [1, 1, 1], "b", [5, 5, 5], context="save"))
-    few = conclusions.read(said("a", [1], "b", [2]))
+    ranked = read(said("in memory (load + save)", SLOW, "streaming", FAST))
+    noise = read(said("onnx-light", [1, 2, 3], "onnx", [2, 2, 2], context="load"))
+    colon = read(said("onnx-light: align", FAST, "onnx: load + save", SLOW, context="re-align"))
+    own = read(said("a", [1, 1, 1], "b", [5, 5, 5], context="save"))
+    few = read(said("a", [1], "b", [2]))
     assert (ranked.pair, ranked.verdict, ranked.source) == (
         ("in memory (load + save)", "streaming"),
         "streaming first",

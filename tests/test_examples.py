@@ -134,7 +134,8 @@ def test_example_runs(script: Path, tmp_path: Path):
             f"--- stdout (end) ---\n{proc.stdout[-3000:]}"
         )
     if script.parent.name == "benchmarks":
-        stated = [c for c in map(conclusions.read, lines) if c is not None]
+        logical = conclusions.logical_lines(proc.stdout)
+        stated = [c for c in map(conclusions.read, logical) if c is not None]
         assert stated, f"{script.name} printed no ranking sentence (Comparison.sentence())"
         reported = {
             (context, tuple(sorted((a, b)))): entry

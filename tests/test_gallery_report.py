@@ -77,7 +77,7 @@ def test_a_build_prints_the_reports_words_and_its_own_ratio(scripts, tmp_path):
         [sys.executable, str(scripts / "plot_one.py")], env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    first = done.stdout.splitlines()[0]
+    first = done.stdout.replace("\n  ", " ").splitlines()[0]  # a sentence wraps
     assert first.startswith(words + " This build: ") and "the report's range" in first
 
 

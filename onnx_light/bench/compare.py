@@ -43,12 +43,14 @@ import math
 import os
 import statistics
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from .sizes import quick_run
 
 MIN_ROUNDS = 3  # fewer rounds show no spread: no ranking from them
+WIDTH = 100  # the columns of a gallery page's output block: sentences wrap there
 REPORT_ENV = "ONNX_LIGHT_GALLERY_REPORT"
 MEASURE_ENV = "ONNX_LIGHT_GALLERY_MEASURE"
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -184,12 +186,16 @@ class Comparison:
             ``[context: ]`` the report's verdict and its numbers, then ``This build:
             R, inside the report's range L-H.`` (or outside it, flagged); without a
             report entry, that the report has none and this build's own
-            measurement.
+            measurement. Wrapped at 100 columns (a page's output block),
+            the lines after the first indented by two spaces.
 
         Raises:
             AssertionError: a ``ContradictsReport``: this build contradicts the
                 report's ranking by more than its own noise (it fails ``make doc``).
         """
+        return _wrap(self._sentence())
+
+    def _sentence(self) -> str:
         lead = f"{self.context}: " if self.context else ""
         if os.environ.get(MEASURE_ENV):
             self._record(os.environ[MEASURE_ENV])
@@ -268,6 +274,14 @@ class Comparison:
     def _record(self, path: str) -> None:
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(asdict(self)) + "\n")
+
+
+def _wrap(text: str) -> str:
+    """``text`` in lines of at most :data:`WIDTH` columns, the next ones indented by two
+    spaces; joining them back with single spaces gives ``text`` (``_doc/conclusions.py``)."""
+    return textwrap.fill(
+        text, WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+    )
 
 
 def _ranked(low: str, high: str, factor: float, unit: str) -> str:
