@@ -386,7 +386,7 @@ def _cold_footer(args, plan_labels) -> str:
     if not any(cold.values()):
         return ""
     text = (
-        " Cold operations (cold_*, cg_*, floor_device; issue 20): before each, every dirty "
+        " Cold operations (cold_*, cg_*, floor_device): before each, every dirty "
         "page written back and the page cache dropped (echo 3 > /proc/sys/vm/drop_caches), "
         f"then a {args.canary_mib} MiB canary file read (cat); 'canary evicted' is how much "
         "of it left the page cache during the operation (fincore before and after); "
