@@ -525,6 +525,22 @@ def convert_many(p: Paths, out: str) -> Case:
     return Case(run, [dst, dst + ".data"])
 
 
+def graph_many(p: Paths, out: str) -> Case:
+    """What the converter adds to a re-align, alone: the 200,000-tensor model scanned
+    without its weights and its graph converted (onnx's shape inference, then
+    onnxruntime's rules), nothing written."""
+    from onnx_light.onnx._graph.float16 import convert_graph
+    from onnx_light.onnx._read.scan import scan_model
+    from onnx_light.onnx._read.sources import SourceFiles
+
+    def run():
+        with SourceFiles() as files:
+            model, _ = scan_model(p.many, files)
+        convert_graph(model, force_fp16_initializers=True)
+
+    return Case(run, nbytes=0)
+
+
 def floor_cast(p: Paths, out: str) -> Case:
     """The floor of a float16 conversion: one loop reading the weights file in 16 MiB
     chunks, casting with numpy (``astype(float16)``) and writing a new file."""
@@ -597,6 +613,7 @@ OPS: dict[str, Callable[[Paths, str], Case]] = {
         floor_device,
         convert,
         convert_many,
+        graph_many,
         floor_cast,
         ort_convert,
     )
