@@ -114,15 +114,22 @@ def markdown(report: dict) -> str:
     for name, part in sorted(report["scripts"].items()):
         lines += [
             "",
-            f"## {name}",
-            "",
-            f"{part['rounds']} rounds at commit {part['commit']}, {part['date']}, in "
-            f"{part['seconds']:.0f} s; load average {part['load'][0]:.1f} before, "
+            f"**{name}**: {part['rounds']} rounds at commit {part['commit']}, {part['date']}, "
+            f"in {part['seconds']:.0f} s; load average {part['load'][0]:.1f} before, "
             f"{part['load'][1]:.1f} after ({part['cores']} cores).",
             "",
         ]
         lines += [f"- {e['words']}" for e in part["comparisons"]] or ["- (no comparison)"]
     return "\n".join(lines) + "\n"
+
+
+def _write_markdown(report: dict, output: str) -> int:
+    md = os.path.splitext(output)[0] + ".md"
+    with open(md + ".tmp", "w", encoding="utf-8") as f:
+        f.write(markdown(report))
+    os.replace(md + ".tmp", md)
+    print(f"wrote {output} and {md}")
+    return 0
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -132,11 +139,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--note", default="", help="a sentence about the machine, for the header")
     p.add_argument("--output", default=REPORT, help="the JSON report (the .md beside it)")
     p.add_argument("--scripts", default=SCRIPTS, help="the folder of the plot_*.py scripts")
+    p.add_argument("--markdown", action="store_true", help="only write the .md again from the JSON")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.markdown:
+        with open(args.output, encoding="utf-8") as f:
+            return _write_markdown(json.load(f), args.output)
     if args.rounds < 3:
         print("--rounds must be at least 3: fewer show no spread", file=sys.stderr)
         return 2
@@ -189,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         if busiest > 0.5 * cores
         else f"Measured on a quiet machine (load average up to {busiest:.1f} on {cores} cores)."
     )
-    command = "benchmarks/gallery_report.py " + " ".join(
-        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
+    given = sys.argv[1:] if argv is None else argv
+    command = "make gallery-report" + (
+        f' GALLERY_ARGS="{" ".join(shlex.quote(a) for a in given)}"' if given else ""
     )
     report = {
         "about": "The words the gallery's benchmark pages state (onnx_light.bench.compare); "
@@ -198,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine,
         "commit": head,
         "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-        "command": command.strip(),
+        "command": command,
         "note": " ".join(x for x in (note, args.note) if x),
         "scripts": dict(sorted(kept.items())),
     }
@@ -212,11 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.output + ".tmp", "w", encoding="utf-8") as f:
         f.write(text + "\n")
     os.replace(args.output + ".tmp", args.output)
-    md = os.path.splitext(args.output)[0] + ".md"
-    with open(md + ".tmp", "w", encoding="utf-8") as f:
-        f.write(markdown(report))
-    os.replace(md + ".tmp", md)
-    print(f"wrote {args.output} and {md}")
+    _write_markdown(report, args.output)
     if failed:
         print(f"failed (their previous entries kept, if any): {failed}", file=sys.stderr)
     return 1 if failed else 0

@@ -64,7 +64,11 @@ def test_the_report_holds_what_a_reader_needs_to_trust_it(scripts, tmp_path):
     assert same["verdict"] == "within the noise" and same["context"] == "same"
     assert report["note"].endswith("Re-run me.") and "make gallery-report" in report["note"]
     md = (tmp_path / "results" / "gallery.md").read_text()
-    assert md.count("machine: ") == 1 and "## plot_one.py" in md and ranked["words"] in md
+    assert (
+        md.count("machine: ") == 1 and "**plot_one.py**: 4 rounds" in md and ranked["words"] in md
+    )
+    (md_path := tmp_path / "results" / "gallery.md").unlink()
+    assert _run(scripts, out, "--markdown") == 0 and md_path.read_text() == md  # from the JSON
 
 
 def test_a_build_prints_the_reports_words_and_its_own_ratio(scripts, tmp_path):
