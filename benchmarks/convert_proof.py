@@ -89,6 +89,7 @@ import traceback
 from collections import Counter
 
 import numpy as np
+from text import spread
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
@@ -838,14 +839,6 @@ def _check(workdir, rows, model, file, setting) -> dict:
 # -- report ---------------------------------------------------------------------------
 
 
-def _stat(values) -> str:
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{min(values):.2f} ({statistics.median(values):.2f}, {max(values):.2f})"
-
-
 def _mib(values) -> str:
     if not values:
         return "-"
@@ -1128,7 +1121,7 @@ def write_report(models, exported, rows, checks, load, commit, dirty, rounds) ->
                                       "values clipped")  # fmt: skip
                         L.append(
                             f"| {file} | {setting} | {way} | {src_mb} | "
-                            f"{r0['dst_bytes'] / MB:,.1f} | {_stat([r['seconds'] for r in ok])} "
+                            f"{r0['dst_bytes'] / MB:,.1f} | {spread([r['seconds'] for r in ok])} "
                             f"| {_mib([r['peak_growth'] for r in ok])} "
                             f"| {_mib([r['peak'] for r in ok])} | {result} |"
                         )
@@ -1137,7 +1130,7 @@ def write_report(models, exported, rows, checks, load, commit, dirty, rounds) ->
                         err = b["error"].replace("|", "\\|").replace("\n", " ")[-400:]
                         figures = "| | |"
                         if "seconds" in b:
-                            figures = (f"after {_stat([r['seconds'] for r in bad])} "
+                            figures = (f"after {spread([r['seconds'] for r in bad])} "
                                        f"| {_mib([r['peak_growth'] for r in bad])} "
                                        f"| {_mib([r['peak'] for r in bad])} |")  # fmt: skip
                         L.append(f"| {file} | {setting} | {way} | {src_mb} | failed "

@@ -76,12 +76,12 @@ import hashlib
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 
 import numpy as np
+from text import spread
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
@@ -733,14 +733,6 @@ def _mb(n) -> str:
     return f"{n / MB:,.1f}"
 
 
-def _stat(values) -> str:
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{min(values):.2f} ({statistics.median(values):.2f}, {max(values):.2f})"
-
-
 def _gib(values) -> str:
     if not values:
         return "-"
@@ -868,7 +860,7 @@ def write_report(workdir, rounds, exported, sets, rows, checks, load) -> None:
             else:
                 extra = ""
             L.append(
-                f"| {w} | {name} | {_stat([r['seconds'] for r in rs])} | "
+                f"| {w} | {name} | {spread([r['seconds'] for r in rs])} | "
                 f"{_gib([r['peak_growth'] for r in rs])} | {_gib([r['peak'] for r in rs])} | "
                 f"{extra} |"
             )
@@ -961,7 +953,7 @@ def write_report(workdir, rounds, exported, sets, rows, checks, load) -> None:
         L.append(
             f"| {label} | {_mb(r0['bytes_before'])} | {_mb(r0['bytes_pointing_reused'])} | "
             f"{share:.0%} | {_mb(r0['bytes_reused'])} | {_mb(r0['bytes_written'])} | "
-            f"{_stat([r['seconds'] for r in rs])} |"
+            f"{spread([r['seconds'] for r in rs])} |"
         )
     L.append("")
     with open(os.path.join(RESULTS, "dedup_proof.md"), "w") as f:
