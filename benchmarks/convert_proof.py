@@ -862,13 +862,13 @@ def versions() -> str:
 
 def _ok(verdict: list[str]) -> str:
     """path / full check verdicts, a message given once when both say it."""
-    short = ["ok" if v == "ok" else f"**{v[:110]}**" for v in verdict]
+    short = ["ok" if v == "ok" else f"**{v[:110].strip()}**" for v in verdict]
     return short[0] + " (both)" if len(set(short)) == 1 and short[0] != "ok" else " / ".join(short)
 
 
 def _check_cells(c: dict) -> list[str]:
     if "error" in c:
-        return [f"**{c['error'][-300:]}**"] + [""] * 6
+        return [f"**{c['error'][-300:].strip()}**"] + [""] * 6
     w, g = c["weights"], c["graph"]
     weights = f"{w['identical']}/{w['total']}" + ("" if not w["diff"] else " **differ**")
     nodes = "same types" if g["op_types_same"] else f"**types differ** {g['op_types_diff']}"
