@@ -121,3 +121,22 @@ def test_hf_snapshot_in_place_is_refused_with_what_to_do(tmp_path, layout):
     assert "pass the source .onnx as the destination" not in message
     assert folder_digest(tmp_path / "models--org--name" / "blobs") == cache_before
     assert tensor_bytes(onnxl.load(path)) == tensors
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_hf_snapshot_converts_to_float16_out_and_not_in_place(tmp_path, layout):
+    """The float16 converter reads a cache's links where they lead, writes plain files of
+    its own (the uint8 weights copied as they are), and refuses to replace the cache's
+    link, leaving the cache unchanged."""
+    path, tensors = _hf_snapshot(tmp_path, layout)
+    cache_before = folder_digest(tmp_path / "models--org--name" / "blobs")
+    out = tmp_path / "mine"
+    out.mkdir()
+    result = onnxl.convert_float_to_float16(path, out / "model.onnx")
+    assert result.converted == 0 and read_back(out / "model.onnx") == tensors  # uint8 stays
+    assert not any(os.path.islink(out / name) for name in os.listdir(out))
+    onnx.checker.check_model(str(out / "model.onnx"))
+    with pytest.raises(onnxl.ExternalDataError, match="symbolic link"):
+        onnxl.convert_float_to_float16(path, path)
+    assert folder_digest(tmp_path / "models--org--name" / "blobs") == cache_before
+    assert tensor_bytes(onnxl.load(path)) == tensors

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ._commit.atomic import folder_lock
 from ._commit.prune import remove, unreferenced
-from ._commit.targets import destination_path, is_in_place, weights_destination
+from ._commit.targets import destination_path, is_in_place, overwrite_hint, weights_destination
 from ._graph.float16 import convert_graph
 from ._options import SerializeOptions, check_progress, check_size_threshold
 from ._plan.cast import FLOAT, FLOAT16, Cast, Conversion
@@ -217,7 +217,8 @@ def convert_float_to_float16(
             force_fp16_initializers=force_fp16_initializers,
         )
         casts = _casts(model, graph.external, min_positive_val, max_finite_val)
-        plan = SavePlan(model, dst, dst_weights_path, options, files, casts)
+        hint = overwrite_hint(src, dst, "convert")
+        plan = SavePlan(model, dst, dst_weights_path, options, files, casts, hint)
         size = plan.write(progress=progress, drop_behind=drop_behind, own=True)
         sources = plan.plan.sources
     stale, removed = [], []

@@ -358,20 +358,21 @@ def _check_other_readers(existing: list[str], models: list[str], listings: Listi
             )
 
 
-def overwrite_hint(src: str, dst: str) -> str:
-    """What to do when a destination would overwrite a file the re-align reads."""
+def overwrite_hint(src: str, dst: str, verb: str = "re-align") -> str:
+    """What to do when a destination would overwrite a file the call reads (``verb``:
+    what the call does, in the message)."""
     if real_entry(src) != real_entry(dst):
         return (
             "give the new files other names, or pass the source .onnx as the destination "
-            "to re-align it in place"
+            f"to {verb} it in place"
         )
     if os.path.islink(dst):  # a Hugging Face cache: links into blobs/ other snapshots share
         return (
             f"{shown(dst)} is a symbolic link (to {shown(os.path.realpath(dst))}), so other "
-            "names may read these files: it cannot be re-aligned in place; re-align it into a "
+            f"names may read these files: it cannot be {verb}ed in place; {verb} it into a "
             "folder of your own"
         )
     return (
-        f"{shown(dst)} has other hard links, which read these files: it cannot be re-aligned "
-        "in place; re-align it into a folder of your own"
+        f"{shown(dst)} has other hard links, which read these files: it cannot be {verb}ed "
+        f"in place; {verb} it into a folder of your own"
     )

@@ -46,6 +46,8 @@ class SavePlan:
         casts: ``{tensor path: Cast}``, the references whose bytes are converted
             to the tensor's new dtype while copied (their length checked against
             the source dtype).
+        hint: what the refusal of a destination that is a file the call reads
+            says to do (None: the class's ``overwrite_hint``).
 
     Raises:
         TypeError: ``model`` is not a ModelProto.
@@ -68,9 +70,12 @@ class SavePlan:
         options: SerializeOptions,
         files: SourceFiles,
         casts: dict | None = None,
+        hint: str | None = None,
     ) -> None:
         if not isinstance(model, onnx.ModelProto):
             raise TypeError(f"model must be an onnx.ModelProto, got {type(model).__name__}")
+        if hint is not None:  # what to do when a destination is a file the call reads
+            self.overwrite_hint = hint
         self.model = model
         self.path = path
         self.files = files
