@@ -119,7 +119,7 @@ def test_by_default_a_copy_is_dropped_only_when_it_exceeds_the_memory_available(
     monkeypatch.setattr(shards, "write_weights", spy)
     (tmp_path / "a").mkdir()
     onnxl.align_external_data_streaming(model, tmp_path / "a" / "m.onnx")
-    monkeypatch.setattr(shards, "drop_by_default", lambda nbytes: nbytes > 1 * MiB)
+    monkeypatch.setattr(shards, "drop_by_default", lambda nbytes, *_: nbytes > 1 * MiB)
     (tmp_path / "b").mkdir()
     onnxl.align_external_data_streaming(model, tmp_path / "b" / "m.onnx")
     assert seen == [False, True]  # 24 MiB fits this machine's memory; not a 1 MiB room

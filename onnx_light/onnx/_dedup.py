@@ -286,7 +286,7 @@ def deduplicate_external_data(
         bound = comparison_bound(blobs)
         report = _Phases(progress, comparison_estimate(blobs), sum(it.size for it in items))
         if drop_behind is None:  # decided once, for the comparison and the copy
-            drop_behind = drop_by_default(bound + sum(it.size for it in items))
+            drop_behind = drop_by_default(bound + sum(it.size for it in items), items, files)
         found = _Contents.compare(items, reused, blobs, files, report.comparing, drop_behind)
         weights = WeightsFiles(
             found.to_write(items), alignment, dsts[0], dst_weights_path, max_shard_size

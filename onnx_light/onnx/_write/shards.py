@@ -198,8 +198,8 @@ class WeightsFiles:
             return 0
         unique = [self.items[s.items[k]].size for s in self.shards for k in s.layout.unique]
         whole, before = sum(unique), 0
-        if drop_behind is None:  # on when the copy cannot fit in the memory left anyway
-            drop_behind = drop_by_default(whole)
+        if drop_behind is None:  # on when the copy cannot stay cached, or its source is cold
+            drop_behind = drop_by_default(whole, self.items, files)
         size = 0
         for shard, path in zip(self.shards, self.paths, strict=True):
             members = [self.items[i] for i in shard.items]
