@@ -440,12 +440,18 @@ def _per_tensor(row: dict) -> str | None:
     return f"{float(row['value_raw']) / int(m.group(1).replace(',', '')) / 1024:.1f} KiB"
 
 
+def _tensors(row: dict) -> str | None:
+    """The number of tensors a row's operation names ("200,000 tensors of 64 bytes")."""
+    m = re.search(r"([\d,]+) tensors", row["operation"])
+    return m.group(1) if m else None
+
+
 def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None):
     """``:bench:`align vs copyfile, seconds, 1GiB on xfs, ratio```: one number of the report.
 
     ``WHAT`` is ``value``, ``ref`` (the reference's value), ``ratio``,
-    ``result``, or ``per tensor`` (a memory or bytes value over the number of
-    tensors the operation names, in KiB); ``SIZE`` is the size, followed by
+    ``result``, ``per tensor`` (a memory or bytes value over the number of
+    tensors the operation names, in KiB) or ``tensors`` (that number); ``SIZE`` is the size, followed by
     `` on FS`` for the tables of other filesystems. A ``REPORT:`` prefix
     (``dedup: dedup_many vs dedup_quarter, peak, 1GiB, per tensor``) reads
     ``benchmarks/results/REPORT.csv`` instead of ``latest.csv``.
@@ -477,11 +483,91 @@ def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None)
                 "ratio": f"{float(row['ratio_raw']):.2f}x" if row["ratio_raw"] else "n/a",
                 "result": row["result"],
                 "per tensor": _per_tensor(row),
+                "tensors": _tensors(row),
             }.get(what)
             if shown is not None:
                 return [nodes.Text(shown)], []
     msg = inliner.reporter.error(f"bench: no row {text!r} in {report.strip()}.csv")
     return [inliner.problematic(rawtext, rawtext, msg)], [msg]
+
+
+# -- Figures of the proof reports (Markdown tables), quoted in the pages ---------
+
+_md_tables: dict[str, list[list[list[str]]]] = {}
+_CELL_UNIT = re.compile(r"(?:\(|, )(s|MiB|GiB|KiB|MB|GB)\)?\s*$")
+
+
+def _report_tables(report: str) -> list[list[list[str]]]:
+    """The pipe tables of ``benchmarks/results/REPORT.md``: rows of cells, header first."""
+    if report not in _md_tables:
+        with open(os.path.join(BENCH_RESULTS, f"{report}.md"), encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        tables, current = [], []
+        for line in [*lines, ""]:
+            if line.startswith("|"):
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if not all(re.fullmatch(r":?-+:?", c) for c in cells):
+                    current.append(cells)
+            elif current:
+                tables.append(current)
+                current = []
+        _md_tables[report] = tables
+    return _md_tables[report]
+
+
+def report_cell(report: str, row: str, column: str, part: str = "cell") -> str:
+    """One cell of a proof report's tables, as the report prints it.
+
+    ``row``: cells of the row, joined by `` / `` (``gpt2 / single / default``),
+    each equal to one of the row's cells; ``column``: the start of the column's
+    header (``session peak RSS growth``); the first table that has both, and
+    exactly one such row, is read. ``part``: ``cell`` (the whole cell),
+    ``median`` (its first number), ``min`` or ``max`` (the range in its
+    parentheses: ``(635.8-635.9)`` or ``(0.60, 0.98, 1.38)``'s ends). A number
+    gets the unit its header gives (``, MiB``, ``(s)``). Raises ``LookupError``
+    when the report has no such cell.
+    """
+    keys = [k.strip() for k in row.split(" / ")]
+    for table in _report_tables(report):
+        header = table[0]
+        cols = [i for i, h in enumerate(header) if h.startswith(column)]
+        rows = [r for r in table[1:] if all(k in r for k in keys)]
+        if not cols or not rows:
+            continue
+        if len(rows) > 1:
+            raise LookupError(f"{len(rows)} rows match {row!r} in {report}.md")
+        cell = rows[0][cols[0]]
+        if part == "cell":
+            return cell
+        numbers = re.findall(r"\d[\d,]*(?:\.\d+)?", cell)
+        inner = re.search(r"\(([^)]*)\)", cell)
+        ends = re.findall(r"\d[\d,]*(?:\.\d+)?", inner.group(1)) if inner else []
+        picked = {
+            "median": numbers[0] if numbers else None,
+            "min": ends[0] if ends else None,
+            "max": ends[-1] if ends else None,
+        }.get(part)
+        if picked is None:
+            raise LookupError(f"no {part!r} in the cell {cell!r} of {report}.md")
+        unit = _CELL_UNIT.search(header[cols[0]])
+        return f"{picked} {unit.group(1)}" if unit else picked
+    raise LookupError(f"no row {row!r} with a column {column!r} in {report}.md")
+
+
+def report_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``:report:`ort_alignment; gpt2 / single / default; session peak RSS growth; median```.
+
+    One figure of a proof report (``benchmarks/results/REPORT.md``, the
+    Markdown its script writes), so that a page quoting it states what the
+    committed report holds: see :func:`report_cell`. A cell the report lacks
+    fails the build.
+    """
+    parts = [x.strip() for x in text.split(";")]
+    try:
+        return [nodes.Text(report_cell(*parts))], []
+    except (TypeError, LookupError, OSError) as exc:
+        msg = inliner.reporter.error(f"report: {exc} ({text!r})")
+        return [inliner.problematic(rawtext, rawtext, msg)], [msg]
 
 
 # -- "Examples using ..." under every documented function and class ----------
@@ -537,6 +623,7 @@ def setup(app):
     app.add_directive("markdown-report", MarkdownReport)
     app.add_directive("bench-provenance", BenchProvenance)
     app.add_role("bench", bench_role)
+    app.add_role("report", report_role)
     app.connect("builder-inited", check_api_pages)
     app.connect("missing-reference", literal_for_external)
     app.connect("autodoc-process-docstring", add_minigallery)

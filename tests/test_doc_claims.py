@@ -21,7 +21,14 @@ cells of the gallery scripts (their docstring and the comments that follow a
   report's figure rounded as the prose writes it, or an integer off by one
   (485 MiB for 484.0). Sizes (a power of two, or three times one: 96 MiB,
   4 GiB) and the reports' targets are parameters, not measurements. Such a
-  number is quoted with ``:bench:``.
+  number is quoted with ``:bench:``;
+- **numbers of the proof reports come from the build**: a text that names a
+  proof script or its report (``ort_alignment``, ``convert_proof``,
+  ``threads_proof``, ``dedup_proof``: ``benchmarks/results/NAME.md``) states
+  none of that report's figures (its tables' cells, with their column's unit,
+  and its prose), nor does the edit how-to's prose retype its measured table
+  (``edit_proof`` has no committed report). Such a number is quoted with
+  ``:report:`` (``_doc/conf.py``).
 
 Each guard is also run on a sentence with its defect, and must catch it.
 Last, what the pages say of onnx's own save, reproduced.
@@ -300,6 +307,144 @@ def test_no_literal_figure_of_the_report_in_prose():
     figures = report_figures()
     bad = {name: literal_report_figures(text, figures) for name, text in published().items()}
     assert not {k: v for k, v in bad.items() if v}, {k: v for k, v in bad.items() if v}
+
+
+# -- figures of the proof reports -------------------------------------------------------
+
+# The reports that the how-tos include (``markdown-report``) or name (the script
+# that writes them): their figures are the report's, quoted from it, never typed.
+# ``edit_proof`` has no committed report: its table is the edit how-to's own, read
+# from that page (the prose around it must not retype it).
+PROOF_REPORTS = ("ort_alignment", "convert_proof", "threads_proof", "dedup_proof")
+EDIT_PAGE = os.path.join("_doc", "howto", "edit_without_loading.rst")
+_NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+_UNITS = {"s": "s", "MiB": "MiB", "GiB": "MiB", "KiB": "MiB", "MB": "MB", "GB": "MB"}
+_UNITS |= {"x": "x", "times": "x"}
+_SCALE = {"GiB": 1024.0, "KiB": 1 / 1024, "GB": 1000.0}
+# a figure, or a list of them sharing one unit ("636 and 655 MiB", "6.8 and 15.8 times")
+PROOF_FIGURE = re.compile(
+    rf"(?<![\w.,/-])((?:{_NUM})(?:(?:\s*,\s*|\s+and\s+|\s+to\s+|\s*-\s*)(?:{_NUM}))*)"
+    r"[ \t]*\n?[ \t]*(s|MiB|GiB|KiB|MB|GB|x|times)(?![\w-])"
+)
+_HEADER_UNIT = re.compile(r"(?:\(|, )(s|MiB|GiB|KiB|MB|GB)\)?\s*$")
+
+
+def _figures_of(text: str, found: dict[str, list[float]]) -> None:
+    for m in PROOF_FIGURE.finditer(text):
+        unit = m.group(2)
+        for digits in re.findall(_NUM, m.group(1)):
+            value = float(digits.replace(",", "")) * _SCALE.get(unit, 1.0)
+            found[_UNITS[unit]].append(value)
+
+
+def _table_figures(rows: list[list[str]], found: dict[str, list[float]]) -> None:
+    """The figures of a table: a cell's own unit, else its column header's ("(MiB)")."""
+    header = rows[0]
+    for row in rows[1:]:
+        for head, cell in zip(header, row, strict=False):
+            _figures_of(cell, found)
+            m = _HEADER_UNIT.search(head.strip())
+            if m and not PROOF_FIGURE.search(cell):
+                for digits in re.findall(rf"(?<![\w.])({_NUM})", cell):
+                    value = float(digits.replace(",", "")) * _SCALE.get(m.group(1), 1.0)
+                    found[_UNITS[m.group(1)]].append(value)
+
+
+def proof_figures(report: str) -> dict[str, list[float]]:
+    """The figures of ``benchmarks/results/REPORT.md`` (its tables and its prose), by
+    unit (seconds, MiB, MB, ratios); or, for ``edit_proof``, of the edit how-to's table."""
+    found: dict[str, list[float]] = {"s": [], "MiB": [], "MB": [], "x": []}
+    if report == "edit_proof":
+        rows, text = [], _read(os.path.join(ROOT, EDIT_PAGE))
+        tables = re.findall(r"\.\. list-table::.*?(?=\n\S|\Z)", text, re.DOTALL)
+        table = next(t for t in tables if "peak RSS growth" in t)  # the measured one
+        for line in table.split("\n"):
+            if line.startswith("   * - "):
+                rows.append([line[7:]])
+            elif line.startswith("     - "):
+                rows[-1].append(line[7:])
+        _table_figures(rows, found)
+        return found
+    text = _read(os.path.join(RESULTS, f"{report}.md"))
+    table: list[list[str]] = []
+    for line in [*text.split("\n"), ""]:
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not all(re.fullmatch(r":?-+:?", c) for c in cells):
+                table.append(cells)
+            continue
+        if table:
+            _table_figures(table, found)
+            table = []
+        _figures_of(line, found)
+    return found
+
+
+def without_tables(text: str) -> str:
+    """A page's prose without its ``list-table`` directives (a table is a record)."""
+    return re.sub(r"\.\. list-table::.*?(?=\n\S|\Z)", "", text, flags=re.DOTALL)
+
+
+def cited_proofs(name: str, text: str) -> list[str]:
+    """The proof reports a text cites: it names the script, or the report, or includes it;
+    the edit how-to cites its own table."""
+    cited = [r for r in PROOF_REPORTS if re.search(rf"\b{r}\.(py|md|csv)", text)]
+    return [*cited, "edit_proof"] if name == EDIT_PAGE else cited
+
+
+def literal_proof_figures(text: str, figures: dict[str, list[float]]) -> list[str]:
+    """Figures of a proof report written by hand in a text that cites that report."""
+    found = []
+    prose = ROLE.sub(" ", without_tables(text))
+    for m in PROOF_FIGURE.finditer(prose):
+        unit = m.group(2)
+        for digits in re.findall(_NUM, m.group(1)):
+            value = float(digits.replace(",", ""))
+            if _is_size(value):
+                continue
+            decimals = len(digits.partition(".")[2])
+            step = 10.0**-decimals * (0.5 if decimals else 1.0)
+            value, step = value * _SCALE.get(unit, 1.0), step * _SCALE.get(unit, 1.0)
+            if any(abs(value - v) <= step * (1 + 1e-9) for v in figures[_UNITS[unit]]):
+                found.append(f"{digits} {unit} in {line_of(prose, m.start())!r}")
+    return found
+
+
+def test_no_literal_figure_of_a_proof_report_in_prose():
+    reports = {r: proof_figures(r) for r in (*PROOF_REPORTS, "edit_proof")}
+    bad = {}
+    for name, text in published().items():
+        hits = [h for r in cited_proofs(name, text) for h in literal_proof_figures(text, reports[r])]
+        if hits:
+            bad[name] = hits
+    assert not bad, bad
+
+
+def test_the_proof_reports_have_figures():
+    # the parser reads each report: an empty list would let every figure through
+    for report in (*PROOF_REPORTS, "edit_proof"):
+        figures = proof_figures(report)
+        assert sum(len(v) for v in figures.values()) > 20, report
+
+
+@pytest.mark.parametrize(
+    ("report", "paragraph"),
+    [
+        ("ort_alignment", "GPT-2's session peaks at 1011 MiB (``benchmarks/ort_alignment.py``)."),
+        ("ort_alignment", "peak at 636 and 655 MiB; created 6.8 and 15.8 times faster"),
+        ("convert_proof", "the 2.7 GiB BERT converted in 5.2 s, 10.3x faster"),
+        ("threads_proof", "warm, one thread was faster than four (1.43x)"),
+        ("dedup_proof", "merge_decoders peaked at 2.87 GiB"),
+        ("edit_proof", "The Extractor held 5,762 MiB at its peak."),
+    ],
+)
+def test_the_proof_guard_catches_a_figure_typed_by_hand(report, paragraph):
+    assert literal_proof_figures(paragraph, proof_figures(report))
+
+
+def test_the_proof_guard_passes_sizes_and_tables():
+    text = "Models of 96 MiB to 4 GiB.\n\n.. list-table::\n\n   * - 1011 MiB\n\nEnd.\n"
+    assert not literal_proof_figures(text, proof_figures("ort_alignment"))
 
 
 # -- each guard catches its defect --------------------------------------------------------
