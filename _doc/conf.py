@@ -1,18 +1,22 @@
 """Sphinx configuration of the onnx-light documentation.
 
-The build is offline: no remote intersphinx, no downloads. Two small local
-directives render what only exists at build time:
+The build is offline: no remote intersphinx, no downloads. A few local
+directives and roles render what only exists at build time:
 
 - ``.. onnx-light-help:: [SUBCOMMAND]`` prints the ``--help`` of the
   ``onnx-light`` command (from :func:`onnx_light.cli.build_parser`);
 - ``.. markdown-report:: PATH`` turns a Markdown report (the benchmark
   results) into reStructuredText, or says it is missing;
 - ``.. bench-provenance:: PATH`` says where, when and at which commit that
-  report was measured, and how many library commits HEAD is ahead of it;
+  report was measured, how many library commits HEAD is ahead of it, and
+  where the gallery's figures and words come from;
 - ``:bench:`[REPORT:] OP vs REF, FIGURE, SIZE, WHAT``` prints one number of
   a committed benchmark report (``benchmarks/results/latest.csv``, or
   ``REPORT.csv`` beside it: ``dedup``, ``cold``), so the pages never state a
-  measurement by hand; a row the report lacks fails the build.
+  measurement by hand; a row the report lacks fails the build;
+- ``:report:`REPORT; ROW; COLUMN[; PART]``` prints one cell of a proof
+  report's Markdown tables (``benchmarks/results/REPORT.md``: the
+  onnxruntime, float16, threads and dedup proofs), the same way.
 
 ``make doc`` runs every gallery example at full size; with ``UNITTEST_GOING=1``
 in the environment the examples use small sizes (CI).
@@ -328,12 +332,15 @@ class BenchProvenance(SphinxDirective):
         text = (
             f"**Where these numbers come from.** The report below was measured on {date}, "
             f"at commit ``{commit}``, on this machine: {machine}. This site was built at "
-            f"commit ``{head}``: {since}. The :ref:`gallery <l-gallery>`'s numbers come from "
-            "the machine that built this site, when it was built. Where the two disagree "
-            "beyond their spreads, the reasons can be other hardware, another filesystem "
-            "(the report's tables name theirs), the library's changes since the report, or "
-            "a noisy neighbour on a shared machine; each table gives its own machine's "
-            "figures."
+            f"commit ``{head}``: {since}. The :ref:`gallery <l-gallery>`'s benchmark pages "
+            "measure again on the machine that builds the site, when it builds it: their "
+            "figures and plots are that build's, while their words (a ranking, or \"within "
+            "this machine's noise\") come from the gallery report "
+            "(``benchmarks/results/gallery.json``, below), measured once, and each page says "
+            "whether its own figures fall inside that report's range. Where this report's "
+            "figures and a gallery page's disagree, the reasons can be other hardware, "
+            "another filesystem (the report's tables name theirs), other sizes, the "
+            "library's changes since the report, or a noisy neighbour on a shared machine."
         )
         return nested_parse_to_nodes(self.state, text, source=path)
 

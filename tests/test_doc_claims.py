@@ -414,7 +414,9 @@ def test_no_literal_figure_of_a_proof_report_in_prose():
     reports = {r: proof_figures(r) for r in (*PROOF_REPORTS, "edit_proof")}
     bad = {}
     for name, text in published().items():
-        hits = [h for r in cited_proofs(name, text) for h in literal_proof_figures(text, reports[r])]
+        hits = [
+            h for r in cited_proofs(name, text) for h in literal_proof_figures(text, reports[r])
+        ]
         if hits:
             bad[name] = hits
     assert not bad, bad

@@ -319,8 +319,9 @@ for prepack in ("on", "off"):
 # * **two files, prepacking on**: the prepacked weights. The runtime
 #   memory-maps the ``.data`` file, reads it to prepack, and drops the
 #   mapping.
-# * **two files, prepacking off**: almost no anonymous memory (the
-#   sentences above say how its creation time ranks in this build). The weights stay in the memory-mapped file;
+# * **two files, prepacking off**: almost no anonymous memory (how its
+#   creation time ranks: the sentences above, in the gallery report's words,
+#   with where this build falls). The weights stay in the memory-mapped file;
 #   they are read from disk (or the page cache) when the first inference
 #   touches them, as file-backed pages (``file after run``) that the kernel
 #   shares between processes and may evict under pressure.

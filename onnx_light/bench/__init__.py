@@ -12,8 +12,12 @@
   ``make bench``: each operation in a process of its own, interleaved
   rounds, the spread kept;
 - ``onnx_light.bench.cache``: files dropped from the page cache;
-- ``onnx_light.bench.compare``: a ranking stated only when it holds
-  beyond the spread of the rounds;
+- ``onnx_light.bench.compare``: what a gallery page says of two
+  measurements: the words (a ranking, or "within this machine's noise")
+  come from the gallery report (``benchmarks/results/gallery.json``,
+  measured once by ``make gallery-report``), so every build states the same
+  ones; each build shows its own figures and says whether they fall inside
+  the report's range;
 - ``onnx_light.bench.figures``: one-picture summaries for the gallery,
   medians of rounds side by side, and the site's palette (each tool its
   colour in every figure) and legends that cover no data;

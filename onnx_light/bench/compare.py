@@ -130,8 +130,11 @@ class Comparison:
 
     @property
     def first(self) -> str | None:
-        """The one the page ranks first: the report's verdict, or this build's own when
-        the report has no entry; None when the two are within the noise."""
+        """The name the page ranks first (``name_a`` or ``name_b``): the gallery report's
+        verdict, or, when the report has no entry for this comparison, this build's own
+        by the same rule; None when the two are within the noise. A script that
+        draws its own conclusion from the ranking (which one to recommend) reads it
+        here, so its words are the report's too."""
         entry = self.reported
         a, b = (entry["rounds_a"], entry["rounds_b"]) if entry else (self.a, self.b)
         if not _separated(a, b):
@@ -139,7 +142,18 @@ class Comparison:
         return self.name_a if max(a) < min(b) else self.name_b
 
     def own_sentence(self) -> str:
-        """What this build's rounds alone say, by the report's rule (with their spreads)."""
+        """What this build's rounds alone say, by the report's rule, with their spreads.
+
+        Not what a gallery page prints (:meth:`sentence` states the report's words):
+        for a report that is itself the measurement (``benchmarks/ort_alignment.py``),
+        and for the rounds :meth:`sentence` records or has no report entry for.
+
+        Returns:
+            A ranking ("A was faster than B: B took 2.00x as long, median of the
+            per-round ratios, ...") when every round of one is below every round of
+            the other, at least 3 rounds each; else that the two are within this
+            machine's noise, or were measured in too few rounds.
+        """
         spread_a = f"{min(self.a):.3g}-{max(self.a):.3g} {self.unit}"
         spread_b = f"{min(self.b):.3g}-{max(self.b):.3g} {self.unit}"
         rounds = f"{len(self.a)} and {len(self.b)} rounds"
@@ -239,9 +253,16 @@ class Comparison:
         )
 
     def report_entry(self) -> dict:
-        """This comparison as an entry of the gallery report: its rounds, the per-round
-        ratios (the slower over the faster when ranked), their median and range, the
-        verdict and the words every page states (:func:`stated`)."""
+        """This comparison as an entry of the gallery report (what ``make gallery-report``
+        writes to ``benchmarks/results/gallery.json``).
+
+        Returns:
+            A dict: the names, unit, context and rounds; ``ratios`` (the per-round
+            ratios, the slower over the faster when ranked, their median, lowest and
+            highest: the range a build's ratio is checked against); ``verdict`` ("A
+            first" or "within the noise"); ``words``, the sentence every page then
+            states.
+        """
         e = {
             "context": self.context,
             "a": self.name_a,
