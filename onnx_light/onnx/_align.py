@@ -208,11 +208,13 @@ def align_external_data_streaming(
         drop_behind: drop the copied ranges of the source and destination
             files from the page cache as the copy goes (the destination's
             written to the disk first), so a copy larger than the memory
-            leaves the rest of the page cache alone. None (default): only
-            when the bytes to copy exceed the memory available (the kernel's
+            leaves the rest of the page cache alone. None (default): when
+            the bytes to copy exceed the memory available (the kernel's
             ``MemAvailable``, or the room left in the process's memory
-            cgroup), where the page cache could not keep them anyway; a
-            copy that fits is never slowed.
+            cgroup), where the page cache could not keep them anyway, or
+            when the copy is at least 64 MiB and its source is cold (less
+            than half of a few probed ranges in the page cache:
+            ``cachestat``, else ``mincore``); a warm source keeps the cache.
         rewrite: in place, rewrite the files even when they already are as
             this call would write them (the same names, offsets, lengths
             and file sizes). False (default): then nothing is written, and
