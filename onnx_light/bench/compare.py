@@ -124,17 +124,19 @@ class Comparison:
 
     @property
     def reported(self) -> dict | None:
-        """The report's entry for this comparison (None: the report has none)."""
+        """The report's entry for this comparison, or None when the report has none."""
         entries = report_entries()
         return entries.get((self.script, self.context, self.name_a, self.name_b, self.unit))
 
     @property
     def first(self) -> str | None:
-        """The name the page ranks first (``name_a`` or ``name_b``): the gallery report's
-        verdict, or, when the report has no entry for this comparison, this build's own
-        by the same rule; None when the two are within the noise. A script that
-        draws its own conclusion from the ranking (which one to recommend) reads it
-        here, so its words are the report's too."""
+        """The name the page ranks first, ``name_a`` or ``name_b``, or None.
+
+        It is the gallery report's verdict, or, when the report has no entry for this
+        comparison, this build's own by the same rule; None when the two are within
+        the noise. A script that draws its own conclusion from the ranking (which one
+        to recommend) reads it here, so its words are the report's too.
+        """
         entry = self.reported
         a, b = (entry["rounds_a"], entry["rounds_b"]) if entry else (self.a, self.b)
         if not _separated(a, b):
