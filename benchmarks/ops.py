@@ -4,7 +4,10 @@
 the model a save starts from) and returns a :class:`Case`: ``run()`` is the
 measured operation; ``outputs`` are the files it writes (their sizes are the
 "bytes written", unless ``nbytes`` says otherwise); ``cleanup()`` removes what it
-wrote outside ``out``.
+wrote outside ``out``. An operation on the many-tensor sources also says how
+many tensors it handles and the size of the ``.onnx`` files it reads
+(``tensors``, ``onnx_bytes``: the per-tensor cost and the memory target of
+the rows on them).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import onnxruntime as ort
 from onnx_ir.passes.common import DeduplicateInitializersPass
 from sources import ALIGNMENT, DATA, MODEL, NEW_EVERY, Paths
 
+import onnx_light.cli
 import onnx_light.onnx as onnxl
 
 NEW_WEIGHT_EVERY = 8  # the shared-save variant replaces 1 weight out of 8
@@ -35,6 +39,15 @@ class Case:
     outputs: list[str] = field(default_factory=list)
     cleanup: Callable[[], None] | None = None
     nbytes: int | None = None  # the "bytes" figure when it is not the outputs' sizes
+    tensors: int | None = None  # tensors handled (the many-tensor sources)
+    onnx_bytes: int | None = None  # size of the .onnx files read (the many-tensor sources)
+
+
+def _on_many(case: Case, p: Paths, kind: str) -> Case:
+    """``case`` with the tensors and ``.onnx`` bytes of the many-tensor source ``kind``."""
+    case.tensors = p.tensors(kind)
+    case.onnx_bytes = sum(os.path.getsize(f) for f in p.onnx_files(kind))
+    return case
 
 
 def _options() -> onnxl.SerializeOptions:
@@ -102,17 +115,92 @@ def ir_align_aligned(p: Paths, out: str) -> Case:
 
 def align_many(p: Paths, out: str) -> Case:
     """onnx-light: re-align 200,000 tensors of 64 bytes."""
-    return _light_align(p.many, out)
+    return _on_many(_light_align(p.many, out), p, "many")
 
 
 def align_quarter(p: Paths, out: str) -> Case:
     """onnx-light: re-align a quarter as many (50,000): time must scale linearly."""
-    return _light_align(p.quarter, out)
+    return _on_many(_light_align(p.quarter, out), p, "quarter")
 
 
 def ir_align_many(p: Paths, out: str) -> Case:
     """onnx-ir: ``ir.load`` + ``ir.save(alignment=4096)`` of the 200,000 tensors."""
-    return _ir_align(p.many, out)
+    return _on_many(_ir_align(p.many, out), p, "many")
+
+
+def _floor_meta(p: Paths, out: str, kind: str) -> Case:
+    """The metadata floor of a job on the ``.onnx`` files of ``kind``: each read, parsed
+    by protobuf (``ModelProto.ParseFromString``), serialized again and written into a new
+    file; no onnx.load, no external data."""
+    srcs = p.onnx_files(kind)
+    dsts = [os.path.join(out, os.path.basename(f)) for f in srcs]
+
+    def run():
+        for src, dst in zip(srcs, dsts, strict=True):
+            with open(src, "rb") as f:
+                data = f.read()
+            model = onnx.ModelProto()
+            model.ParseFromString(data)
+            del data
+            with open(dst, "wb") as f:
+                f.write(model.SerializeToString())
+            del model
+
+    return _on_many(Case(run, dsts), p, kind)
+
+
+def floor_meta_many(p: Paths, out: str) -> Case:
+    """The metadata floor of the 200,000-tensor model."""
+    return _floor_meta(p, out, "many")
+
+
+def floor_meta_quarter(p: Paths, out: str) -> Case:
+    """The metadata floor of the 50,000-tensor model."""
+    return _floor_meta(p, out, "quarter")
+
+
+def floor_meta_twins(p: Paths, out: str) -> Case:
+    """The metadata floor of the twins pair (both ``.onnx``, 200,000 tensors in all)."""
+    return _floor_meta(p, out, "twins")
+
+
+def floor_meta_twinsq(p: Paths, out: str) -> Case:
+    """The metadata floor of the quarter twins pair (50,000 tensors in all)."""
+    return _floor_meta(p, out, "twinsq")
+
+
+def _cli(p: Paths, kind: str, command: str) -> Case:
+    """``onnx-light COMMAND MODEL`` run in this process (``onnx_light.cli.main``), its
+    output written to ``/dev/null``; a non-zero exit code is an error of the row."""
+    src = getattr(p, kind)
+
+    def run():
+        with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+            code = onnx_light.cli.main([command, src])
+        if code != 0:
+            raise RuntimeError(f"onnx-light {command} {src}: exit code {code}")
+
+    return _on_many(Case(run, nbytes=0), p, kind)
+
+
+def info_many(p: Paths, out: str) -> Case:
+    """``onnx-light info`` of the 200,000-tensor model (its table of every tensor)."""
+    return _cli(p, "many", "info")
+
+
+def info_quarter(p: Paths, out: str) -> Case:
+    """``onnx-light info`` of the 50,000-tensor model."""
+    return _cli(p, "quarter", "info")
+
+
+def verify_many(p: Paths, out: str) -> Case:
+    """``onnx-light verify`` of the 200,000-tensor model (every reference checked)."""
+    return _cli(p, "many", "verify")
+
+
+def verify_quarter(p: Paths, out: str) -> Case:
+    """``onnx-light verify`` of the 50,000-tensor model."""
+    return _cli(p, "quarter", "verify")
 
 
 def onnx_loadsave(p: Paths, out: str) -> Case:
@@ -435,12 +523,57 @@ def dedup(p: Paths, out: str) -> Case:
 
 def dedup_many(p: Paths, out: str) -> Case:
     """onnx-light: the same of the twins pair, 200,000 tensors of 64 bytes in all."""
-    return _dedup(p, out, "twins")
+    return _on_many(_dedup(p, out, "twins"), p, "twins")
 
 
 def dedup_quarter(p: Paths, out: str) -> Case:
     """onnx-light: the same of a quarter as many (50,000): time must scale linearly."""
-    return _dedup(p, out, "twinsq")
+    return _on_many(_dedup(p, out, "twinsq"), p, "twinsq")
+
+
+FLOOR_BUFFER = 1 << 20
+
+
+def floor_dedup(p: Paths, out: str) -> Case:
+    """The floor of a deduplication of the pair into a new file: one loop reading both
+    weights files once (into one 1 MiB buffer) and writing each unique byte once.
+
+    The unique ranges are known from the pair's construction, read from ``b.onnx``
+    before the measure: every byte of ``a``, and ``b``'s tensors that differ from
+    ``a``'s (weights and biases 0, 8, 16...: 9/16 of the naive total in all). Nothing
+    is compared: a dedup also compares the shared 7/8, in memory it has read anyway.
+    """
+    datas = p.datas("pair")
+    dst = os.path.join(out, DEDUP_WEIGHTS)
+    changed = []  # (offset, end) in b.onnx.data of the tensors b does not share with a
+    for t in onnx.load(p.models("pair")[1], load_external_data=False).graph.initializer:
+        index = int(t.name[1:]) if t.name[:1] in "WB" and t.name[1:].isdigit() else None
+        if index is not None and index % NEW_EVERY == 0:
+            entries = {e.key: int(e.value) for e in t.external_data if e.key != "location"}
+            changed.append((entries["offset"], entries["offset"] + entries["length"]))
+    changed.sort()
+
+    def run():
+        buf = bytearray(FLOOR_BUFFER)
+        view = memoryview(buf)
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for src, keep in zip(datas, (None, changed), strict=True):
+                with open(src, "rb", buffering=0) as f:
+                    pos = 0
+                    while n := f.readinto(buf):
+                        if keep is None:
+                            os.write(fd, view[:n])
+                        else:
+                            for start, end in keep:
+                                lo, hi = max(start, pos), min(end, pos + n)
+                                if lo < hi:
+                                    os.write(fd, view[lo - pos : hi - pos])
+                        pos += n
+        finally:
+            os.close(fd)
+
+    return Case(run, [dst])
 
 
 def cat_both(p: Paths, out: str) -> Case:
@@ -514,15 +647,24 @@ def convert(p: Paths, out: str) -> Case:
     return Case(lambda: onnxl.convert_float_to_float16(p.two, dst), [dst, dst + ".data"])
 
 
-def convert_many(p: Paths, out: str) -> Case:
-    """onnx-light: the same of 200,000 tensors of 64 bytes (``force_fp16_initializers``:
-    no node reads them, every one is converted)."""
+def _convert_forced(p: Paths, out: str, kind: str) -> Case:
     dst = os.path.join(out, MODEL)
 
     def run():
-        onnxl.convert_float_to_float16(p.many, dst, force_fp16_initializers=True)
+        onnxl.convert_float_to_float16(getattr(p, kind), dst, force_fp16_initializers=True)
 
-    return Case(run, [dst, dst + ".data"])
+    return _on_many(Case(run, [dst, dst + ".data"]), p, kind)
+
+
+def convert_many(p: Paths, out: str) -> Case:
+    """onnx-light: the same of 200,000 tensors of 64 bytes (``force_fp16_initializers``:
+    no node reads them, every one is converted)."""
+    return _convert_forced(p, out, "many")
+
+
+def convert_quarter(p: Paths, out: str) -> Case:
+    """onnx-light: the same of the 50,000-tensor model."""
+    return _convert_forced(p, out, "quarter")
 
 
 def graph_many(p: Paths, out: str) -> Case:
@@ -538,7 +680,7 @@ def graph_many(p: Paths, out: str) -> Case:
             model, _ = scan_model(p.many, files)
         convert_graph(model, force_fp16_initializers=True)
 
-    return Case(run, nbytes=0)
+    return _on_many(Case(run, nbytes=0), p, "many")
 
 
 def floor_cast(p: Paths, out: str) -> Case:
@@ -582,6 +724,14 @@ OPS: dict[str, Callable[[Paths, str], Case]] = {
         align_many,
         align_quarter,
         ir_align_many,
+        floor_meta_many,
+        floor_meta_quarter,
+        floor_meta_twins,
+        floor_meta_twinsq,
+        info_many,
+        info_quarter,
+        verify_many,
+        verify_quarter,
         light_save,
         onnx_save,
         ir_save,
@@ -604,6 +754,7 @@ OPS: dict[str, Callable[[Paths, str], Case]] = {
         dedup,
         dedup_many,
         dedup_quarter,
+        floor_dedup,
         cat_both,
         cat_copy,
         ir_dedup,
@@ -613,6 +764,7 @@ OPS: dict[str, Callable[[Paths, str], Case]] = {
         floor_device,
         convert,
         convert_many,
+        convert_quarter,
         graph_many,
         floor_cast,
         ort_convert,

@@ -103,6 +103,36 @@ def _failure(records: list) -> str | None:
     return None
 
 
+def _median_of(records: list, key: str) -> float | None:
+    """The median of ``key`` over the records that have it (None if none has)."""
+    values = [r[key] for r in records if r is not None and r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def _per_tensor(r: dict) -> str:
+    """The per-tensor cost of a result on the many-tensor sources ("" for the others):
+    its value over its operation's tensors, in microseconds or bytes, the same of its
+    reference beside; for a memory figure also both as a multiple of the ``.onnx``."""
+    tensors, value = r.get("tensors"), r["value_raw"]
+    if not tensors or math.isnan(value):
+        return ""
+    ref_tensors, ref = r.get("ref_tensors"), r["ref_raw"]
+    onnx_bytes, ref_onnx = r.get("onnx_bytes"), r.get("ref_onnx_bytes")
+
+    def cost(x: float, n: float, size: float | None) -> str:
+        if r["fig"] in SECONDS:
+            return f"{x / n * 1e6:,.1f} us per tensor"
+        text = f"{x / n:,.0f} B per tensor"
+        return text + (f", {x / size:.1f}x the .onnx" if size else "")
+
+    text = cost(value, tensors, onnx_bytes)
+    if ref_tensors and not math.isnan(ref):
+        refs = r["ref_op"].split("+")
+        name = _short(refs[0]) if len(refs) == 1 else "the reference"
+        text += f"; {name}: {cost(ref, ref_tensors, ref_onnx)}"
+    return text
+
+
 def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
     """One result per (row, size label) whose operations were measured.
 
@@ -164,6 +194,9 @@ def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
                     passed = value <= row.target
                 elif row.kind == "le":
                     passed = value <= ref + row.target
+                elif row.kind == "onnx":
+                    onnx_size = _median_of(mine, "onnx_bytes")
+                    passed = onnx_size is not None and value <= row.target * onnx_size
                 verdict = "info" if passed is None else ("PASS" if passed else "FAIL")
             mine_failed, ref_failed = _failure(mine), _failure(theirs_rounds[0])
             out.append(
@@ -191,9 +224,14 @@ def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
                     "passed": passed,
                     "note": row.note or "",
                     "group": row.group,
+                    "tensors": _median_of(mine, "tensors"),
+                    "onnx_bytes": _median_of(mine, "onnx_bytes"),
+                    "ref_tensors": _median_of(theirs, "tensors"),
+                    "ref_onnx_bytes": _median_of(theirs, "onnx_bytes"),
                     **extra,
                 }
             )
+            out[-1]["per_tensor"] = _per_tensor(out[-1])
     return out
 
 
@@ -233,6 +271,13 @@ def markdown(
             for r in mine
             if r.get("note")
         )
+        notes.update(
+            dict.fromkeys(
+                f"- {r['operation']} against {r['reference']}, {r['figure']}: {r['per_tensor']}."
+                for r in mine
+                if r.get("per_tensor")
+            )
+        )
         if notes:
             lines += ["", "Notes:", "", *notes]
     return "\n".join(lines + ["", footer, ""])
@@ -241,7 +286,8 @@ def markdown(
 def write_csv(results: list[dict], path: str) -> None:
     keys = COLUMNS + ["fs", "op", "ref_op", "fig", "kind", "target_raw", "value_raw", "ref_raw"]
     keys += ["ratio_raw", "rounds", "value_min", "ref_min", "values", "ref_values", "others_cpu"]
-    keys += ["note", "group"]
+    keys += ["note", "group", "tensors", "onnx_bytes", "ref_tensors", "ref_onnx_bytes"]
+    keys += ["per_tensor"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, keys, extrasaction="ignore")
         w.writeheader()
@@ -263,6 +309,8 @@ SHORT = {
     "forest_scan": "scan of a tree ensemble",
     "dedup": "dedup of two models",
     "dedup_many": "dedup, 200,000 tensors",
+    "info_many": "onnx-light info, 200,000 tensors",
+    "verify_many": "onnx-light verify, 200,000 tensors",
     "convert": "float16 convert",
     "convert_many": "float16 convert, 200,000 tensors",
     "cold_align": "re-align, cold",
@@ -285,12 +333,16 @@ SHORT = {
     "dedup_quarter": "a quarter of the tensors",
     "ort_single": "the single-file model",
     "cat_both": "cat of both files",
+    "cat_copy": "cat + kernel copy",
+    "floor_dedup": "the one-loop floor",
     "floor_cast": "a numpy loop",
     "ort_convert": "onnxruntime's converter",
 }
 for _op in ("ir_align", "ir_align_aligned", "ir_align_many", "ir_align_single", "ir_dedup"):
     SHORT[_op] = "onnx-ir"
 SHORT.update(cold_ir="onnx-ir", cg_ir="onnx-ir")
+for _op in ("floor_meta_many", "floor_meta_quarter", "floor_meta_twins", "floor_meta_twinsq"):
+    SHORT[_op] = "metadata floor"
 
 # what each group's figure shows
 GROUP_TITLES = {
@@ -344,7 +396,7 @@ def _measured(r: dict) -> str:
     if r["kind"] == "ratio" and not math.isnan(r["ratio_raw"]):
         ratio = r["ratio_raw"]
         return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
-    return r["value"]
+    return r["value"]  # a target on the .onnx's size: the multiple is in its per-tensor cost
 
 
 def _faster(r: dict, results: list[dict]) -> str | None:
@@ -415,6 +467,7 @@ def summary(results: list[dict], figures: str | None = None) -> str:
             measured = ", ".join(
                 f"{_measured(x)} ({_where(x)}"
                 + (f", {faster}" if (faster := _faster(x, results)) else "")
+                + (f"; {x['per_tensor']}" if x.get("per_tensor") else "")
                 + ")"
                 for x in same
             )
@@ -480,6 +533,8 @@ def plot(results: list[dict], path: str, title: str) -> list[str]:
             measured = r["ratio_raw"] if r["kind"] == "ratio" else r["value_raw"]
             if r["kind"] == "le":
                 measured = r["value_raw"] - r["ref_raw"]
+            if r["kind"] == "onnx":
+                measured = r["value_raw"] / r["onnx_bytes"] if r.get("onnx_bytes") else math.inf
             values.append(max(measured / r["target_raw"], 1e-3))
             colors.append(STATE_COLORS["good" if r["passed"] else "bad"])
         height = sum(0.22 * (label.count("\n") + 1) + 0.2 for label in labels) + 1.5
@@ -517,6 +572,9 @@ def results_from_csv(path: str) -> list[dict]:
         for row in csv.DictReader(f):
             for key in ("target_raw", "value_raw", "ref_raw", "ratio_raw"):
                 row[key] = float(row[key]) if row[key] not in ("", "nan") else math.nan
+            for key in ("tensors", "onnx_bytes", "ref_tensors", "ref_onnx_bytes"):
+                row[key] = float(row[key]) if row.get(key) else None
+            row["per_tensor"] = _per_tensor(row)
             row["passed"] = row["result"] == "PASS"
             out.append(row)
     return out

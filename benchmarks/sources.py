@@ -54,6 +54,7 @@ SINGLE_KINDS = ("single", "aligned", "forest", "many", "quarter")
 # the dedup sources (issue 19): pairs of models, written at the "pair" sizes
 PAIR_KINDS = ("pair", "twins", "twinsq")
 KINDS = ("two", *SINGLE_KINDS, *PAIR_KINDS)
+MANY_KINDS = ("many", "quarter", "twins", "twinsq")  # the per-tensor cost's sources
 NEW_EVERY = 8  # b.onnx of a pair: weights (and biases) 0, 8, 16... differ from a.onnx's
 TWIN_POOL = 8  # the twins pairs: n / 8 distinct byte strings for n tensors
 ALIGNMENT = 4096
@@ -112,6 +113,16 @@ class Paths:
     def datas(self, kind: str) -> list[str]:
         """The two weights files of a pair kind."""
         return [m + ".data" for m in self.models(kind)]
+
+    def onnx_files(self, kind: str) -> list[str]:
+        """The ``.onnx`` files of a kind (both models of a pair kind)."""
+        return self.models(kind) if kind in PAIR_KINDS else [self.target(kind)]
+
+    def tensors(self, kind: str) -> int:
+        """How many tensors a kind of :data:`MANY_KINDS` holds (a pair's: both models')."""
+        if kind not in MANY_KINDS:
+            raise ValueError(f"{kind!r} is not a many-tensor kind")
+        return _spec(self.size, kind)[0]
 
     @property
     def out(self) -> str:
@@ -305,7 +316,7 @@ def _forest_nodes(size: str) -> int:
 def _spec(size: str, kind: str) -> list:
     if kind == "forest":
         return [_forest_nodes(size)]
-    if kind in ("many", "quarter", "twins", "twinsq"):
+    if kind in MANY_KINDS:
         n = MANY_TENSORS.get(size, MANY_DEFAULT)
         spec = [n if kind in ("many", "twins") else n // 4]
         return spec + [TWIN_POOL] if kind.startswith("twins") else spec

@@ -14,7 +14,9 @@ Printed fields: ``seconds`` (wall), ``cpu`` (user + system seconds of the
 process), ``peak`` (peak RSS growth, bytes), ``exact`` (whether ``peak`` is the
 kernel's), ``anon`` / ``file`` (sampled peak growth of RssAnon / RssFile,
 bytes; null without ``--timeline``), ``samples``, ``bytes`` (sizes of the
-files written, or what the operation says it handled: ``Case.nbytes``).
+files written, or what the operation says it handled: ``Case.nbytes``),
+``tensors`` and ``onnx_bytes`` (how many tensors the operation handles and the
+size of the ``.onnx`` files it reads: null but on the many-tensor sources).
 With ``--flush`` (issue 20), the outputs are then written to the disk
 (``fsync`` each): ``to_disk`` is ``seconds`` plus that time. With ``--canary
 PATH``, ``canary`` is how many bytes of ``PATH`` left the page cache during
@@ -83,6 +85,8 @@ def _run_once(
             "to_disk": pm.seconds + flushed if flushed is not None else None,
             "canary": before - after if before is not None and after is not None else None,
             "canary_left": after,
+            "tensors": case.tensors,
+            "onnx_bytes": case.onnx_bytes,
         }
     finally:
         if case.cleanup is not None:
