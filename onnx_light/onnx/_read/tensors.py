@@ -132,7 +132,7 @@ def tensor_nbytes(tensor: onnx.TensorProto) -> int | None:
         data types, negative dims).
     """
     bits = _BITS.get(tensor.data_type)
-    dims = tensor.dims
+    dims = tensor.dims[:]  # a list: protobuf's container is slow to walk
     if bits is None or (dims and min(dims) < 0):
         return None
     return (prod(dims) * bits + 7) // 8
@@ -191,7 +191,7 @@ def typed_raw_bytes(tensor: onnx.TensorProto) -> bytes | None:
 
 def is_external(tensor: onnx.TensorProto) -> bool:
     """True when the tensor's data lives in an external file."""
-    return tensor.HasField("data_location") and tensor.data_location == onnx.TensorProto.EXTERNAL
+    return tensor.data_location == onnx.TensorProto.EXTERNAL  # unset reads as DEFAULT
 
 
 def _sparse(sp: onnx.SparseTensorProto, path: Path) -> Iterator[tuple[str, object, Path]]:
