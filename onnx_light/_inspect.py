@@ -11,12 +11,25 @@ import os
 
 import onnx
 
+from onnx_light._loaders import in_subgraph
 from onnx_light.onnx._content.twins import find_transposed
 from onnx_light.onnx._plan.source_plan import plan_model
-from onnx_light.onnx._read.external import Resolver, check_location, is_decimal
+from onnx_light.onnx._read.external import (
+    InlineSpans,
+    Resolver,
+    check_location,
+    is_decimal,
+    read_entries,
+)
 from onnx_light.onnx._read.scan import scan_model
 from onnx_light.onnx._read.sources import SourceFiles
-from onnx_light.onnx._read.tensors import is_external, iter_tensors, path_to_str, tensor_nbytes
+from onnx_light.onnx._read.tensors import (
+    TensorSite,
+    is_external,
+    iter_tensors,
+    path_to_str,
+    tensor_nbytes,
+)
 
 __all__ = ["listed", "model_info", "shared_across", "transposed_pairs", "verify_models"]
 
@@ -95,7 +108,7 @@ def model_info(path: str) -> dict:
         except ValueError:
             dtype = str(t.data_type)
         if is_external(t):
-            entries = {_text(e.key): _text(e.value) for e in t.external_data}
+            entries = {_text(e.key): _text(e.value) for e in t.external_data[:]}
             location = entries.get("location", "")
             offset = _int_or_raw(entries.get("offset", "0"))
             length = _int_or_raw(entries.get("length"))
@@ -111,7 +124,7 @@ def model_info(path: str) -> dict:
                 "name": _text(t.name) or _owner_name(model, site.path) or site.label,
                 "path": path_to_str(site.path),
                 "dtype": dtype,
-                "shape": list(t.dims),
+                "shape": t.dims[:],
                 "location": location,
                 "offset": offset,
                 "length": length,
@@ -189,10 +202,11 @@ def shared_ranges(tensors: list[dict]) -> list[dict]:
         ``[{"location", "offset", "length", "tensors": [names]}]``, in file
         and offset order, one entry per range read by two tensors or more.
     """
-    readers: dict[tuple, dict] = {}
+    readers: dict[tuple, list] = {}
     for t in tensors:
         if _ranged(t):
-            _add(readers, (t["location"], t["offset"], t["length"]), t, t["name"])
+            where = (t["location"], t["offset"], t["length"])
+            _add(readers, where, where, t["name"])
     return _several(readers)
 
 
@@ -205,14 +219,14 @@ def shared_across(infos: list[dict]) -> list[dict]:
     Returns:
         ``[{"location", "offset", "length", "tensors": [{"model", "name"}]}]``.
     """
-    readers: dict[tuple, dict] = {}
+    readers: dict[tuple, list] = {}
     for info in infos:
         folder = os.path.dirname(os.path.abspath(info["model"]))
         for t in info["tensors"]:
             if _ranged(t):
                 file = os.path.normpath(os.path.join(folder, t["location"]))
                 who = {"model": info["model"], "name": t["name"]}
-                _add(readers, (file, t["offset"], t["length"]), t, who)
+                _add(readers, (file, t["offset"], t["length"]), _where(t), who)
     return _several(readers)
 
 
@@ -222,22 +236,34 @@ def _ranged(t: dict) -> bool:
     return t["location"] is not None and _is_int(offset) and _is_int(length) and length > 0
 
 
-def _add(readers: dict[tuple, dict], key: tuple, where: dict, who: object) -> None:
-    entry = readers.setdefault(
-        key,
-        {
-            "location": where["location"],
-            "offset": where["offset"],
-            "length": where["length"],
-            "tensors": [],
-        },
-    )
-    entry["tensors"].append(who)
+def _add(readers: dict[tuple, list], key: tuple, where: tuple, who: object) -> None:
+    """Record that ``who`` reads ``where`` = (location, offset, length), found by ``key``.
+
+    A pair per reader, not a dict: most ranges have one reader, and their
+    entries are built only for the ranges several read (:func:`_several`).
+    """
+    found = readers.get(key)
+    if found is None:
+        readers[key] = [where, who]
+    else:
+        found.append(who)
 
 
-def _several(readers: dict[tuple, dict]) -> list[dict]:
-    found = [r for r in readers.values() if len(r["tensors"]) > 1]
+def _several(readers: dict[tuple, list], named=None) -> list[dict]:
+    """The ranges read more than once, each ``{"location", "offset", "length",
+    "tensors"}`` (a reader turned into its entry by ``named`` when given)."""
+    found = []
+    for (location, offset, length), *who in readers.values():
+        if len(who) > 1:
+            tensors = who if named is None else [named(w) for w in who]
+            found.append(
+                {"location": location, "offset": offset, "length": length, "tensors": tensors}
+            )
     return sorted(found, key=lambda r: (r["location"], r["offset"], r["length"]))
+
+
+def _where(t: dict) -> tuple:
+    return (t["location"], t["offset"], t["length"])
 
 
 def _is_int(value: object) -> bool:
@@ -296,31 +322,43 @@ def verify_model(path: str) -> tuple[int, list[str]]:
     return _verify(path, {})
 
 
-def verify_models(paths: list[str]) -> tuple[list[tuple[int, list[str]]], list[dict]]:
+def verify_models(
+    paths: list[str],
+) -> tuple[list[tuple[int, list[str]]], list[dict], list[list[tuple[str, bool]]]]:
     """:func:`verify_model` for each model, and the ranges several valid references read.
 
     Args:
         paths: the ``.onnx`` files.
 
     Returns:
-        ``([(number of external tensors, problems) per model], shared ranges)``:
-        a shared range is one range of one file (its device and inode,
-        whatever the location's spelling) read by several tensors of these
-        models, ``{"location", "offset", "length", "tensors": [{"model",
-        "name"}]}``; sharing is valid, never a problem.
+        ``([(number of external tensors, problems) per model], shared ranges,
+        [its references' (location, in a subgraph) pairs per model])``: a
+        shared range is one range of one file (its device and inode, whatever
+        the location's spelling) read by several tensors of these models,
+        ``{"location", "offset", "length", "tensors": [{"model", "name"}]}``;
+        sharing is valid, never a problem. The pairs are what
+        :func:`~onnx_light._loaders.loader_verdicts` judges, read in the same pass.
 
     Raises:
         FileNotFoundError, ValueError: a model itself cannot be read.
     """
-    readers: dict[tuple, dict] = {}
-    results = [_verify(path, readers) for path in paths]
-    return results, _several(readers)
+    readers: dict[tuple, list] = {}
+    checked = [_verify(path, readers) for path in paths]
+    results = [(count, problems) for count, problems, _ in checked]
+    shared = _several(readers, lambda who: {"model": who[0], "name": who[1]})
+    return results, shared, [pairs for _, _, pairs in checked]
 
 
-def _verify(path: str, readers: dict[tuple, dict]) -> tuple[int, list[str]]:
-    """Check one model; record each valid nonempty external range in ``readers``."""
+def _verify(path: str, readers: dict[tuple, list]) -> tuple[int, list[str], list]:
+    """Check one model; record each valid nonempty external range in ``readers``.
+
+    Returns:
+        ``(external tensors, problems, its references' (location, in a
+        subgraph) pairs, each once)``.
+    """
     shown_path, path = path, os.path.abspath(path)
     count, problems = 0, []  # (tensor label, message)
+    pairs: dict[tuple[str, bool], None] = {}
     with SourceFiles() as files:
         model, inline = scan_model(path, files)
         resolver = Resolver(os.path.dirname(path), files, inline, inline.source)
@@ -332,16 +370,27 @@ def _verify(path: str, readers: dict[tuple, dict]) -> tuple[int, list[str]]:
             except (OSError, ValueError) as e:
                 problems.append((site.label, str(e)))
                 count += 1
+                _judged(site, inline, pairs)
                 continue
             if ref.source is inline.source:  # inline bytes are not external
                 continue
             count += 1
+            pairs[ref.entries["location"], in_subgraph(site.path)] = None
             if ref.length > 0:
-                where = {"location": ref.entries.get("location", ""), "offset": ref.offset}
-                where["length"] = ref.length
-                who = {"model": shown_path, "name": _text(site.tensor.name) or site.label}
-                _add(readers, ref.span, where, who)
-    return count, _grouped(problems)
+                where = (ref.entries["location"], ref.offset, ref.length)
+                _add(readers, ref.span, where, (shown_path, _text(site.tensor.name) or site.label))
+    return count, _grouped(problems), list(pairs)
+
+
+def _judged(site: TensorSite, inline: InlineSpans, pairs: dict) -> None:
+    """Record the location of a reference that failed its check, when it has a
+    readable one: the loaders' verdicts judge it too."""
+    try:
+        entries = read_entries(site)
+    except ValueError:
+        return  # the entry itself is the problem, reported
+    if not inline.holds(entries):
+        pairs[entries["location"], in_subgraph(site.path)] = None
 
 
 def _grouped(problems: list[tuple[str, str]]) -> list[str]:

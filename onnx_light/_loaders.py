@@ -38,7 +38,7 @@ from .onnx._read.scan import scan_model
 from .onnx._read.sources import SourceFiles, is_inside, kernel_path
 from .onnx._read.tensors import is_external, iter_tensors
 
-__all__ = ["loader_verdicts"]
+__all__ = ["in_subgraph", "loader_verdicts", "references"]
 
 
 LOADERS = ("onnx", "onnxruntime", "onnx-ir")
@@ -74,7 +74,7 @@ class Verdict:
         }
 
 
-def _in_subgraph(path: tuple) -> bool:
+def in_subgraph(path: tuple) -> bool:
     """True for a tensor inside a graph attribute (an If, Loop or Scan body)."""
     return any(step[0] in ("g", "graphs") for step in path)
 
@@ -99,7 +99,7 @@ def references(model_path: str) -> list[tuple[str, bool]]:
         except ValueError:
             continue  # verify reports the entry itself
         if not spans.holds(entries):
-            found.setdefault((entries["location"], _in_subgraph(site.path)), None)
+            found.setdefault((entries["location"], in_subgraph(site.path)), None)
     return list(found)
 
 
@@ -170,12 +170,17 @@ def onnx_ir_refusal(folder: str, location: str) -> str | None:
     return None
 
 
-def loader_verdicts(model_path: str | os.PathLike) -> list[Verdict]:
+def loader_verdicts(
+    model_path: str | os.PathLike, found: list[tuple[str, bool]] | None = None
+) -> list[Verdict]:
     """What onnx, onnxruntime and onnx-ir will do with a model's external data.
 
     Args:
         model_path: the ``.onnx`` file, as the loader would be given it (its
             folder, not its resolved folder, is where references are read).
+        found: its references' ``(location, in a subgraph)`` pairs (as
+            :func:`references` gives them), when the caller has read them
+            already (``verify``'s own pass); None: read here.
 
     Returns:
         One :class:`Verdict` per loader, in :data:`LOADERS` order.
@@ -186,16 +191,16 @@ def loader_verdicts(model_path: str | os.PathLike) -> list[Verdict]:
     path = kernel_path(model_path)
     folder = os.path.dirname(path)
     verdicts = {name: Verdict(name, RULES[name]) for name in LOADERS}
-    for location, in_subgraph in references(path):
+    for location, in_subgraph in references(path) if found is None else found:
         try:
-            found = {
+            refusals = {
                 "onnx": onnx_refusal(folder, location),
                 "onnxruntime": onnxruntime_refusal(path, location, in_subgraph),
                 "onnx-ir": onnx_ir_refusal(folder, location),
             }
         except ValueError:  # a NUL byte: no system call takes the path
-            found = dict.fromkeys(LOADERS, f"location {location!r} is not a valid path")
-        for name, reason in found.items():
+            refusals = dict.fromkeys(LOADERS, f"location {location!r} is not a valid path")
+        for name, reason in refusals.items():
             if reason is not None and reason not in verdicts[name].reasons:
                 verdicts[name].reasons.append(reason)
     return [verdicts[name] for name in LOADERS]

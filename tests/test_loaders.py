@@ -26,7 +26,8 @@ from conftest import make_runnable_model, read_back, save_two_file, tensor_bytes
 from conftest import run_cli as _cli
 
 import onnx_light.onnx as onnxl
-from onnx_light._loaders import LOADERS, loader_verdicts
+from onnx_light._inspect import verify_models
+from onnx_light._loaders import LOADERS, loader_verdicts, references
 from onnx_light.bench import make_gemm_model, model_inputs
 from onnx_light.onnx._commit import atomic as _atomic
 
@@ -153,6 +154,19 @@ def test_each_verdict_agrees_with_the_installed_loader(tmp_path, layout, kind):
             f"the verdict says {v.reasons or 'accepts'}"
         )
         assert bool(v.reasons) != v.accepts
+
+
+@pytest.mark.parametrize("kind", ["main", "subgraph"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_verify_judges_the_references_its_own_pass_read(tmp_path, layout, kind):
+    """verify reads each model once: the pairs its pass hands the loaders' rules
+    are those a separate read finds, refused references included."""
+    path = _layout(tmp_path, layout, kind)
+    results, _, found = verify_models([path])
+    assert found == [references(path)]
+    assert loader_verdicts(path, found[0]) == loader_verdicts(path)
+    if layout in ("dot-dot", "absolute", "symlink-outside"):
+        assert results[0][1]  # refused by verify, still judged for each loader
 
 
 def test_the_measured_rules_hold(tmp_path):

@@ -27,8 +27,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     Returns:
         0 when every reference is valid, else 1.
     """
-    results, shared = verify_models(args.model)
-    verdicts = [loader_verdicts(path) for path in args.model]
+    results, shared, found = verify_models(args.model)  # one pass: the loaders judge its pairs
+    verdicts = [loader_verdicts(path, pairs) for path, pairs in zip(args.model, found, strict=True)]
     failed = sum(1 for _, problems in results if problems)
     if args.json:
         models = [
