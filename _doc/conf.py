@@ -314,6 +314,8 @@ class BenchProvenance(SphinxDirective):
         if not os.path.exists(path):
             return []
         self.env.note_dependency(path)
+        # the text names HEAD: the page is read again at every build (_reread_provenance)
+        _provenance_docs(self.env).add(self.env.docname)
         with open(path, encoding="utf-8") as f:
             line = next((x for x in f if x.startswith("machine: ")), "")
         m = re.match(r"machine: (.*) \(([0-9a-f]+)[^)]*\), (.*)$", line.strip())
@@ -343,6 +345,27 @@ class BenchProvenance(SphinxDirective):
             "library's changes since the report, or a noisy neighbour on a shared machine."
         )
         return nested_parse_to_nodes(self.state, text, source=path)
+
+
+def _provenance_docs(env) -> set[str]:
+    """The pages that hold a ``bench-provenance`` (kept in the environment)."""
+    if not hasattr(env, "onnx_light_provenance"):
+        env.onnx_light_provenance = set()
+    return env.onnx_light_provenance
+
+
+def _reread_provenance(app, env, added, changed, removed) -> list[str]:
+    """``env-get-outdated``: a page whose provenance names HEAD is read again at every
+    build, else an incremental build would show the commit of the build that last read it."""
+    return sorted(_provenance_docs(env) - set(removed))
+
+
+def _purge_provenance(app, env, docname) -> None:
+    _provenance_docs(env).discard(docname)
+
+
+def _merge_provenance(app, env, docnames, other) -> None:
+    _provenance_docs(env).update(_provenance_docs(other) & set(docnames))
 
 
 def _git(*args: str) -> str | None:
@@ -475,6 +498,8 @@ def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None)
             f"bench: expected '[REPORT:] OP vs REF, FIGURE, SIZE, WHAT': {text!r}"
         )
         return [inliner.problematic(rawtext, rawtext, msg)], [msg]
+    env = inliner.document.settings.env
+    env.note_dependency(os.path.join(BENCH_RESULTS, f"{report.strip()}.csv"))
     size, _, fs = label.partition(" on ")
     for row in rows:
         if (row["op"], row["ref_op"], row["fig"], row["size"], row["fs"]) == (
@@ -570,6 +595,8 @@ def report_role(name, rawtext, text, lineno, inliner, options=None, content=None
     fails the build.
     """
     parts = [x.strip() for x in text.split(";")]
+    env = inliner.document.settings.env
+    env.note_dependency(os.path.join(BENCH_RESULTS, f"{parts[0]}.md"))
     try:
         return [nodes.Text(report_cell(*parts))], []
     except (TypeError, LookupError, OSError) as exc:
@@ -629,6 +656,9 @@ def setup(app):
     app.add_directive("onnx-light-help", OnnxLightHelp)
     app.add_directive("markdown-report", MarkdownReport)
     app.add_directive("bench-provenance", BenchProvenance)
+    app.connect("env-get-outdated", _reread_provenance)
+    app.connect("env-purge-doc", _purge_provenance)
+    app.connect("env-merge-info", _merge_provenance)
     app.add_role("bench", bench_role)
     app.add_role("report", report_role)
     app.connect("builder-inited", check_api_pages)

@@ -34,6 +34,7 @@ import gc
 import os
 import shutil
 import tempfile
+import textwrap
 import tracemalloc
 from pathlib import Path
 
@@ -224,7 +225,7 @@ p_stream.set_index("name").head(6)
 weights = weights_nbytes(N_WEIGHTS, DIM) / MiB
 stream_peak = max(rounds.peaks("streaming"))
 memory_peak = min(rounds.peaks("in memory (load + save)"))
-print(f"measured on {describe_machine()}")
+print(textwrap.fill(f"measured on {describe_machine()}", 100, subsequent_indent="  "))
 print(
     f"peak memory: streaming at most +{stream_peak:.1f} MiB, in memory at least "
     f"+{memory_peak:.0f} MiB, for {weights:.0f} MiB of weights"

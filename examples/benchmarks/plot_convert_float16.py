@@ -37,6 +37,7 @@ outputs in onnxruntime, and measures time and peak memory.
 import os
 import shutil
 import tempfile
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -193,7 +194,7 @@ print(f"onnxruntime: outputs {got.shape} identical; largest difference to float3
 
 light_peak = max(rounds.peaks(LIGHT))
 usual_peak = min(rounds.peaks(USUAL))
-print(f"measured on {describe_machine()}")
+print(textwrap.fill(f"measured on {describe_machine()}", 100, subsequent_indent="  "))
 print(
     f"peak memory: onnx-light at most +{light_peak:.1f} MiB, the usual recipe at least "
     f"+{usual_peak:.0f} MiB, for {weights:.0f} MiB of float32 weights"

@@ -28,6 +28,7 @@ and measures time, memory and bytes on disk against onnx-ir's
 import os
 import shutil
 import tempfile
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -89,6 +90,7 @@ print(
     f"{result.bytes_before / MiB:.1f} MiB of tensors -> {result.bytes_written / MiB:.1f} MiB "
     f"written, {len(result.groups)} groups of tensors share a range"
 )
+pandas.set_option("display.max_colwidth", None)  # the model names whole, never cut
 pandas.DataFrame(
     {
         "read by": [", ".join(os.path.basename(m) for m, _ in group) for group in result.groups],
@@ -172,14 +174,14 @@ table.round(3)
 # What it says: the gallery report's words (a ranking only when it holds
 # beyond the spread of the report's rounds), and where this build falls:
 
-print(f"measured on {describe_machine()}")
+print(textwrap.fill(f"measured on {describe_machine()}", 100, subsequent_indent="  "))
 print(rounds.compare("onnx-light deduplicate", "onnx-ir DeduplicateInitializersPass").sentence())
 print(rounds.compare("onnx-light deduplicate", "copy of the export (shutil)").sentence())
 unique = (N_WEIGHTS * 2 - 1) * weights_nbytes(1, DIM) / MiB
 light, irs = table.loc["onnx-light deduplicate"], table.loc["onnx-ir DeduplicateInitializersPass"]
 print(
     f"on disk: onnx-light {light['MiB on disk']:.1f} MiB (the distinct weights: {unique:.1f} MiB "
-    f"and the small tensors), onnx-ir {irs['MiB on disk']:.1f} MiB, the export "
+    f"and the small tensors),\n  onnx-ir {irs['MiB on disk']:.1f} MiB, the export "
     f"{mib_on_disk(export):.1f} MiB"
 )
 assert light["MiB on disk"] < 0.7 * mib_on_disk(export)

@@ -40,6 +40,7 @@ in interleaved rounds (:func:`onnx_light.bench.measure_rounds`, the method of
 
 import os
 import tempfile
+import textwrap
 import time
 
 import matplotlib.pyplot as plt
@@ -210,7 +211,7 @@ largest[["operation", "library", "seconds", "min-max (s)", "MiB/s", "vs onnx"]].
 # (:meth:`onnx_light.bench.Comparison.sentence`). Each sentence then says
 # where this build's own ratio falls against the report's range.
 
-print(f"measured on {describe_machine()}")
+print(textwrap.fill(f"measured on {describe_machine()}", 100, subsequent_indent="  "))
 ours = {
     "load": "onnx-light",
     "save": "onnx-light",

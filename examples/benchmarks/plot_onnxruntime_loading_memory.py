@@ -44,6 +44,7 @@ same outputs.
 
 import os
 import tempfile
+import textwrap
 import time
 
 import matplotlib.pyplot as plt
@@ -259,7 +260,7 @@ def times_model(value: float) -> str:
 
 one_on, one_off = row("one file", "on"), row("one file", "off")
 two_on, two_off = row("two files", "on"), row("two files", "off")
-print(f"measured on {describe_machine()}")
+print(textwrap.fill(f"measured on {describe_machine()}", 100, subsequent_indent="  "))
 print(f"onnxruntime {ort.__version__}, a model of {model_bytes / MiB:.0f} MiB of weights:")
 for label, r in [
     ("one file, prepacking on  ", one_on),

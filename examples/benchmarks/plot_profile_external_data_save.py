@@ -31,6 +31,7 @@ import cProfile
 import os
 import pstats
 import tempfile
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -228,7 +229,7 @@ summary.round(4).rename(columns=lambda c: f"{c} (s)")
 # (own time per kind of work; ``copy_s`` is the cost of reading every
 # ``raw_data`` once, measured above):
 
-print(f"measured on {describe_machine()}")
+print(textwrap.fill(f"measured on {describe_machine()}", 100, subsequent_indent="  "))
 for kind in [k for k in summary.index if k != "total (profiled)"]:
     a, b = summary.loc[kind, "onnx"], summary.loc[kind, "onnx-light"]
     print(

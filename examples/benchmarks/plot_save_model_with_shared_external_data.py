@@ -39,6 +39,7 @@ import gc
 import os
 import shutil
 import tempfile
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -176,7 +177,7 @@ table.round(3)
 # the machine, and is asserted: it writes a fraction of the bytes and holds
 # no weight in memory.
 
-print(f"measured on {describe_machine()}")
+print(textwrap.fill(f"measured on {describe_machine()}", 100, subsequent_indent="  "))
 print(rounds.compare("naive (onnx-light)", "naive (onnx)").sentence())
 print(rounds.compare("shared (onnx-light)", "naive (onnx-light)").sentence())
 shared_mib, naive_mib = (

@@ -31,6 +31,7 @@ in the page cache and after evicting them; saves write to the page cache
 
 import os
 import tempfile
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -252,7 +253,7 @@ acts = [no_parallel_work(op, layout) is None for op, layout in speedup.index]
 # within this machine's noise; each sentence then says where this build
 # falls.
 
-print(f"measured on {describe_machine()}")
+print(textwrap.fill(f"measured on {describe_machine()}", 100, subsequent_indent="  "))
 ratio = (speedup[1] / speedup[4]).rename("gain")
 
 
