@@ -129,22 +129,24 @@ def ir_align_many(p: Paths, out: str) -> Case:
 
 
 def _floor_meta(p: Paths, out: str, kind: str) -> Case:
-    """The metadata floor of a job on the ``.onnx`` files of ``kind``: each read, parsed
-    by protobuf (``ModelProto.ParseFromString``), serialized again and written into a new
-    file; no onnx.load, no external data."""
+    """The metadata floor of a job on the ``.onnx`` files of ``kind``: each read and
+    parsed by protobuf (``ModelProto.ParseFromString``), then each serialized again and
+    written into a new file; no onnx.load, no external data. A pair's two models are held
+    parsed together, as a dedup that writes both outputs in one commit holds them."""
     srcs = p.onnx_files(kind)
     dsts = [os.path.join(out, os.path.basename(f)) for f in srcs]
 
     def run():
-        for src, dst in zip(srcs, dsts, strict=True):
+        models = []
+        for src in srcs:
             with open(src, "rb") as f:
                 data = f.read()
-            model = onnx.ModelProto()
-            model.ParseFromString(data)
+            models.append(onnx.ModelProto())
+            models[-1].ParseFromString(data)
             del data
+        for model, dst in zip(models, dsts, strict=True):
             with open(dst, "wb") as f:
                 f.write(model.SerializeToString())
-            del model
 
     return _on_many(Case(run, dsts), p, kind)
 
