@@ -1,4 +1,7 @@
-"""drop_behind=None: a cold source is copied dropping behind, a warm one keeps the cache.
+"""drop_behind=None: a cold source leaves the page cache behind the copy, a warm one stays.
+
+A cold source's pages are dropped as the copy goes and the destination's
+kept (the next step reads them); a warm source keeps the cache of both.
 
 The source is made cold with ``posix_fadvise(POSIX_FADV_DONTNEED)`` after a
 ``sync`` (dirty pages cannot be dropped) and warm by reading it; the tests
@@ -16,6 +19,7 @@ import onnx_light.onnx as onnxl
 import onnx_light.onnx._dedup as dedup_module
 import onnx_light.onnx._system.cache as cache
 import onnx_light.onnx._system.memory as memory
+import onnx_light.onnx._write.copy as copy_module
 import onnx_light.onnx._write.shards as shards
 from onnx_light.bench import make_gemm_model
 
@@ -29,6 +33,14 @@ def evict(path) -> None:
     try:
         os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def share(path) -> float | None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return cache.resident(fd, 0, os.fstat(fd).st_size)
     finally:
         os.close(fd)
 
@@ -107,8 +119,19 @@ def test_align_drops_behind_a_cold_source_and_keeps_a_warm_one(
     warm(model.parent / "m.onnx.data")
     (tmp_path / "warm").mkdir()
     onnxl.align_external_data_streaming(model, tmp_path / "warm" / "m.onnx")
-    assert seen == [True, False]
+    assert seen == [memory.SOURCE, False]
     assert read_back(tmp_path / "cold" / "m.onnx") == read_back(model)
+
+
+@linux
+def test_a_cold_source_leaves_the_cache_and_the_copy_stays(model, tmp_path, monkeypatch):
+    monkeypatch.setattr(copy_module, "DROP_WINDOW", MiB)  # many drops in 24 MiB
+    data = model.parent / "m.onnx.data"
+    evict(data)
+    (tmp_path / "out").mkdir()
+    onnxl.align_external_data_streaming(model, tmp_path / "out" / "m.onnx")
+    assert share(data) < 0.1  # read once, dropped behind the copy
+    assert share(tmp_path / "out" / "m.onnx.data") == 1.0  # what the next step reads
 
 
 @linux
@@ -127,7 +150,7 @@ def test_dedup_drops_behind_cold_sources(model, tmp_path, monkeypatch):
     evict(model.parent / "m.onnx.data")
     (tmp_path / "out").mkdir()
     onnxl.deduplicate_external_data([model], [tmp_path / "out" / "m.onnx"], "w.data")
-    assert seen == [True]
+    assert seen == [memory.SOURCE]
     assert read_back(tmp_path / "out" / "m.onnx") == read_back(model)
 
 

@@ -1,19 +1,23 @@
-"""When ``drop_behind=None`` drops a copy from the page cache: :func:`drop_by_default`.
+"""What ``drop_behind=None`` drops from the page cache: :func:`drop_by_default`.
 
-Two cases, both measured in ``make bench``'s cold rows:
+Two cases, measured in ``make bench``'s cold rows and ``benchmarks/cold_proof.py``:
 
 - the copy does not fit in the memory this process may still fill (page
-  cache included): it cannot stay cached anyway and only pushes out what the
-  rest of the machine (or container) keeps there (in a 2 GiB cgroup, an
-  8 GiB re-align otherwise evicts a 1 GiB file read just before, all of it);
-- its source is not in the page cache (a few ranges probed,
-  :mod:`.cache`): a cold copy that keeps both files cached fills twice its
-  size of freshly allocated page-cache pages, and the kernel's copy into
-  them costs more CPU than the disk: a cold 4 GiB re-align took 5.1-5.9 s
-  of CPU against 1.4-1.6 s dropping behind, and was slower to the disk.
+  cache included): both files are dropped. It cannot stay cached anyway
+  and would only push out what the rest of the machine (or container)
+  keeps there (in a 2 GiB cgroup, an 8 GiB re-align otherwise evicts a
+  1 GiB file read just before, all of it);
+- its source is not in the page cache (a few ranges probed, :mod:`.cache`):
+  the source's pages are dropped behind the copy, the destination's kept.
+  Nobody had the source cached, and keeping it fills as much fresh memory
+  again; the kernel's copy into those fresh pages is where the default
+  copy's extra CPU went (a cold 4 GiB re-align: 3.0-4.6 s of CPU keeping
+  both, 1.4-2.0 s dropping the source's). The destination is what the next
+  step reads: dropped too, an onnxruntime session made on it right after
+  took 15-17 s instead of 9-12 s.
 
-A warm source (read or written just before) keeps the cache: the next step
-finds the output there, and the copy never waits for the disk.
+A warm source (read or written just before) keeps the cache of both: the
+copy never waits for the disk.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from collections.abc import Sequence
 
 from .cache import resident
 
-__all__ = ["drop_by_default"]
+__all__ = ["SOURCE", "drop_by_default"]
+
+SOURCE = "source"  # drop_behind's value for "the source's pages only" (the copy engine's)
 
 COLD = 0.5  # a source with less than this share of its probed bytes cached is cold
 PROBES = 64  # tensors probed at most, evenly spread over the list
@@ -126,15 +132,16 @@ def cached_share(items: Sequence, files) -> float | None:
     return cached / seen if seen else None
 
 
-def drop_by_default(nbytes: int, items: Sequence = (), files=None) -> bool:
-    """Whether ``drop_behind=None`` drops a copy of ``nbytes`` from the page cache.
+def drop_by_default(nbytes: int, items: Sequence = (), files=None) -> bool | str:
+    """What ``drop_behind=None`` drops of a copy of ``nbytes`` from the page cache.
 
-    It does when the copy does not fit in the memory available
-    (:func:`available_memory`), or when it is at least :data:`SMALL` and its
-    source is cold: less than :data:`COLD` of the probed bytes in the page
-    cache (:func:`cached_share`). Where the cache cannot be probed (no
-    ``cachestat`` nor ``mincore`` that may see it, not Linux), only the first
-    rule applies.
+    True (both files) when the copy does not fit in the memory available
+    (:func:`available_memory`); :data:`SOURCE` (the source's pages only, the
+    destination's kept for the next step) when it is at least :data:`SMALL`
+    and its source is cold: less than :data:`COLD` of the probed bytes in the
+    page cache (:func:`cached_share`); else False. Where the cache cannot be
+    probed (no ``cachestat`` nor ``mincore`` that may see it, not Linux),
+    only the first rule applies.
 
     Args:
         nbytes: the bytes the copy writes.
@@ -147,4 +154,4 @@ def drop_by_default(nbytes: int, items: Sequence = (), files=None) -> bool:
     if nbytes < SMALL or files is None or not items:
         return False
     share = cached_share(items, files)
-    return share is not None and share < COLD
+    return SOURCE if share is not None and share < COLD else False

@@ -15,7 +15,9 @@ With ``drop_behind``, the ranges already copied leave the page cache as the
 copy goes (every :data:`DROP_WINDOW` bytes): the destination's are written
 to the disk first (``fdatasync``), then both are dropped
 (``posix_fadvise(POSIX_FADV_DONTNEED)``), so copying a model larger than the
-memory does not push out what the rest of the machine keeps cached.
+memory does not push out what the rest of the machine keeps cached. With
+``drop_behind=SOURCE`` only the source's ranges are dropped (no
+``fdatasync``): the copy of a cold source stays cached for the next step.
 
 An engine falls back only when the kernel says a way is not supported here
 (ENOSYS, EXDEV, EINVAL, EOPNOTSUPP, ...) and then remembers it for the rest of
@@ -31,6 +33,7 @@ import os
 from collections.abc import Callable
 
 from .._errors import TruncatedFileError
+from .._system.memory import SOURCE
 from .fs import UNKNOWN, CopyPolicy
 
 __all__ = ["CopyEngine", "pwrite_all"]
@@ -63,7 +66,9 @@ class CopyEngine:
         policy: the destination filesystem's :class:`~onnx_light.onnx._write.fs.CopyPolicy`
             (default: the kernel's ``copy_file_range`` first for every copy).
         drop_behind: drop the copied ranges of both files from the page
-            cache as the copy goes (the destination's written to disk first).
+            cache as the copy goes (the destination's written to disk first);
+            :data:`~onnx_light.onnx._system.memory.SOURCE`: the source's only, the destination's kept cached
+            (and written back by the kernel, as without drop_behind).
 
     Use it as a context manager: it owns a pipe once it uses splice.
 
@@ -78,7 +83,7 @@ class CopyEngine:
         progress: Callable[[int, int], None] | None = None,
         total: int = 0,
         policy: CopyPolicy = UNKNOWN,
-        drop_behind: bool = False,
+        drop_behind: bool | str = False,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk_size must be > 0, got {chunk_size}")
@@ -92,7 +97,8 @@ class CopyEngine:
         self.unsupported: set[str] = set()
         self._pipe: tuple[int, int] | None = None
         self._buffer: memoryview | None = None
-        self.drop_behind = drop_behind and hasattr(os, "posix_fadvise")
+        self.drop_behind = bool(drop_behind) and hasattr(os, "posix_fadvise")
+        self._keep_written = drop_behind == SOURCE
         self._behind: dict[int, list[int]] = {}  # fd -> [lowest, highest] offset not dropped
         self._dirty: set[int] = set()  # destinations written since the last drop
         self._since = 0
@@ -175,8 +181,9 @@ class CopyEngine:
                 self.unsupported.add(self.method)
             if self.drop_behind and n:
                 self._behind_of(src, src_off + done, n)
-                self._behind_of(dst, dst_off + done, n)
-                self._dirty.add(dst)
+                if not self._keep_written:
+                    self._behind_of(dst, dst_off + done, n)
+                    self._dirty.add(dst)
                 self._since += n
                 if self._since >= DROP_WINDOW:
                     self.drop()
