@@ -14,7 +14,7 @@ Two cases, measured in ``make bench``'s cold rows and ``benchmarks/cold_proof.py
   copy's extra CPU went (a cold 4 GiB re-align: 3.0-4.6 s of CPU keeping
   both, 1.4-2.0 s dropping the source's). The destination is what the next
   step reads: dropped too, an onnxruntime session made on it right after
-  took 15-17 s instead of 9-12 s.
+  took 15-17 s instead of 9-11 s.
 
 A warm source (read or written just before) keeps the cache of both: the
 copy never waits for the disk.

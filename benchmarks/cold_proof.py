@@ -1,0 +1,201 @@
+"""What drop_behind's default on a cold source costs the next step (issue 29.2).
+
+Usage (root: it drops the whole machine's page cache before each pair)::
+
+    .venv/bin/python benchmarks/cold_proof.py --workdir /var/tmp/bench-cold2 \\
+        --size 4GiB --rounds 3
+
+Each measurement is a pair of fresh processes, the page cache dropped and
+fresh memory primed first: a cold re-align of ``two-SIZE`` (the source of
+``benchmarks/run.py``'s cold row) keeping both files cached
+(``drop_behind=False``, the old default here: the copy fits the memory),
+dropping both (``True``) or with the default (``None``: the source's pages
+only, the source being cold), then, right after it, the step a user
+takes next on the output: an onnxruntime ``InferenceSession`` or
+``onnx_light.onnx.load``. Rounds interleave the four cases in a seeded
+shuffle (``--defaults`` and ``--steps`` pick the cases). Writes ``results/cold_proof.md``: each figure as min (median, max).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import cgroup  # noqa: E402
+from text import spread  # noqa: E402
+
+from onnx_light.bench.rounds import hold_free_pages, prime  # noqa: E402
+
+GiB = 1024**3
+# the drop_behind of each case, as the align child evaluates it
+DEFAULTS = {"keep": "False", "both": "True", "new": "None"}
+NAMES = {
+    "keep": "keep both (`False`: the old default, the copy fits the memory)",
+    "both": "drop both (`True`; what `None` did at 0093d38)",
+    "new": "`None`: drops the source's pages only (`SOURCE`), the source being cold",
+}
+
+ALIGN = """
+import json, os, sys, time
+import onnx_light.onnx as onnxl
+import onnx_light.onnx._write.shards as shards
+src, dst, drop = sys.argv[1], sys.argv[2], eval(sys.argv[3])
+seen = []
+real = shards.drop_by_default
+shards.drop_by_default = lambda *a: seen.append(real(*a)) or seen[-1]
+c0, t0 = os.times(), time.perf_counter()
+onnxl.align_external_data_streaming(src, dst, "model.onnx.data", 4096, drop_behind=drop)
+t1, c1 = time.perf_counter(), os.times()
+fd = os.open(dst + ".data", os.O_RDONLY)
+os.fsync(fd)
+t2 = time.perf_counter()
+from onnx_light.onnx._system.cache import resident
+cached = resident(fd, 0, os.fstat(fd).st_size)
+os.close(fd)
+print(json.dumps({"seconds": t1 - t0, "to_disk": t2 - t0,
+    "cpu": c1.user - c0.user + c1.system - c0.system,
+    "dropped": seen[0] if seen else drop, "output_cached": cached}))
+"""
+
+NEXT = {
+    "ort": """
+import json, os, sys, time
+import onnxruntime as ort
+c0, t0 = os.times(), time.perf_counter()
+s = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+t1, c1 = time.perf_counter(), os.times()
+print(json.dumps({"seconds": t1 - t0, "cpu": c1.user - c0.user + c1.system - c0.system}))
+""",
+    "load": """
+import json, os, sys, time
+import onnx_light.onnx as onnxl
+c0, t0 = os.times(), time.perf_counter()
+m = onnxl.load(sys.argv[1])
+t1, c1 = time.perf_counter(), os.times()
+print(json.dumps({"seconds": t1 - t0, "cpu": c1.user - c0.user + c1.system - c0.system}))
+""",
+}
+LABELS = {
+    "ort": "onnxruntime.InferenceSession(output)",
+    "load": "onnx_light.onnx.load(output) (weights read into memory)",
+}
+
+
+def child(code: str, *args: str) -> dict:
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def one(src: str, folder: str, default: str, step: str, nbytes: int) -> dict:
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    cgroup.drop_caches()
+    prime(2 * nbytes)
+    dst = os.path.join(folder, "model.onnx")
+    rec = {"align": child(ALIGN, src, dst, DEFAULTS[default])}
+    rec["next"] = child(NEXT[step], dst)
+    shutil.rmtree(folder, ignore_errors=True)
+    return rec
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--size", default="4GiB")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", default="ort,load")
+    ap.add_argument("--defaults", default=",".join(DEFAULTS), help="of " + ", ".join(DEFAULTS))
+    ap.add_argument("--output", default=os.path.join(HERE, "results", "cold_proof.md"))
+    args = ap.parse_args(argv)
+    reason = cgroup.unavailable()
+    if reason:
+        print(f"cold_proof needs root: {reason}", file=sys.stderr)
+        return 2
+    src = os.path.join(args.workdir, f"two-{args.size}", "model.onnx")
+    nbytes = os.path.getsize(src + ".data")
+    steps = args.steps.split(",")
+    defaults = args.defaults.split(",")
+    cases = [(d, s) for s in steps for d in defaults]
+    records: dict[tuple[str, str], list[dict]] = {c: [] for c in cases}
+    rng = random.Random(29)
+    with contextlib.ExitStack() as stack:
+        held = stack.enter_context(hold_free_pages())
+        for r in range(args.rounds):
+            order = list(cases) if r == 0 else rng.sample(cases, len(cases))
+            for default, step in order:
+                rec = one(
+                    src, os.path.join(args.workdir, "out", "cold_proof"), default, step, nbytes
+                )
+                records[default, step].append(rec)
+                a, n = rec["align"], rec["next"]
+                print(
+                    f"[{r + 1}/{args.rounds}] {default:3} {step:4} align {a['seconds']:.2f} s "
+                    f"(disk {a['to_disk']:.2f}, cpu {a['cpu']:.2f}, dropped {a['dropped']}, "
+                    f"out cached {a['output_cached']:.2f}); next {n['seconds']:.2f} s "
+                    f"(cpu {n['cpu']:.2f})",
+                    flush=True,
+                )
+    write(args, records, steps, defaults, held)
+    return 0
+
+
+def write(args, records, steps, defaults, held) -> None:
+    def s(values):
+        return spread(values) + " s"
+
+    lines = [
+        "# The cold re-align's default and the step after it (issue 29.2)",
+        "",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit "
+        + subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
+        ).stdout.strip()
+        + f", {os.cpu_count()} cores; source `two-{args.size}` of `{args.workdir}`; "
+        f"{args.rounds} rounds, fresh processes, cases interleaved (seeded shuffle); "
+        "before each pair: `sync`, `echo 3 > /proc/sys/vm/drop_caches`, fresh memory primed"
+        + (f" ({held})" if held else "")
+        + ".",
+        "",
+        "command: `benchmarks/cold_proof.py --workdir "
+        f"{args.workdir} --size {args.size} --rounds {args.rounds}`",
+        "",
+        "Figures: min (median, max).",
+        "",
+        "| drop_behind | next step | re-align | re-align to disk | re-align CPU "
+        "| share of the output cached after | next step | next step CPU | re-align + next step |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for step in steps:
+        for default in defaults:
+            recs = records[default, step]
+            al = [r["align"] for r in recs]
+            nx = [r["next"] for r in recs]
+            cached = [a["output_cached"] for a in al if a["output_cached"] is not None]
+            lines.append(
+                f"| {NAMES[default]} | {LABELS[step]} | {s([a['seconds'] for a in al])} "
+                f"| {s([a['to_disk'] for a in al])} | {s([a['cpu'] for a in al])} "
+                f"| {spread(cached)} "
+                f"| {s([n['seconds'] for n in nx])} | {s([n['cpu'] for n in nx])} "
+                f"| {s([a['seconds'] + n['seconds'] for a, n in zip(al, nx, strict=True)])} |"
+            )
+    lines.append("")
+    with open(args.output, "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
