@@ -319,7 +319,8 @@ def verify_model(path: str) -> tuple[int, list[str]]:
     Raises:
         FileNotFoundError, ValueError: the model itself cannot be read.
     """
-    return _verify(path, {})
+    count, problems, _ = _verify(path, {})
+    return count, problems
 
 
 def verify_models(
@@ -375,9 +376,9 @@ def _verify(path: str, readers: dict[tuple, list]) -> tuple[int, list[str], list
             if ref.source is inline.source:  # inline bytes are not external
                 continue
             count += 1
-            pairs[ref.entries["location"], in_subgraph(site.path)] = None
+            pairs[ref.location, in_subgraph(site.path)] = None
             if ref.length > 0:
-                where = (ref.entries["location"], ref.offset, ref.length)
+                where = (ref.location, ref.offset, ref.length)
                 _add(readers, ref.span, where, (shown_path, _text(site.tensor.name) or site.label))
     return count, _grouped(problems), list(pairs)
 

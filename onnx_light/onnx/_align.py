@@ -311,7 +311,7 @@ def align_external_data_streaming(
             out.reserve([*weights.outputs, dst])
             total = weights.write(out, files, 1, chunk_size, progress, drop_behind)
             for item, (location, offset) in zip(items, weights.placement, strict=True):
-                place(item.site.tensor, location, offset, item.size, item.entries)
+                place(item.site.tensor, location, offset, item.size, item.extra)
             subs = {r.site.path: Spliced(strip_raw_data(r.site.tensor), r) for r in plan.inline}
             finish(out, [(dst, model, subs)], files, chunk_size, _TOO_LARGE)
     stale, removed = [], []
@@ -361,7 +361,7 @@ def _as_written(plan: Plan, weights: WeightsFiles, files: SourceFiles) -> bool:
         if ref is None or ref.source.identity != ids[location] or ref.offset != offset:
             return False
         written = [("location", location), ("offset", str(offset)), ("length", str(item.size))]
-        written += [(k, v) for k, v in item.entries.items() if k not in PLACED]
+        written += [(k, v) for k, v in (item.extra or {}).items() if k not in PLACED]
         if [(e.key, e.value) for e in item.site.tensor.external_data] != written:
             return False
     sizes = [shard.layout.total for shard in weights.shards]

@@ -313,9 +313,9 @@ def deduplicate_external_data(
             out.reserve([*weights.outputs, *dsts])
             written = weights.write(out, files, 1, chunk_size, report.writing(), drop_behind)
             for it, (location, offset) in zip(weights.items, weights.placement, strict=True):
-                place(it.site.tensor, location, offset, it.size, it.entries)
+                place(it.site.tensor, location, offset, it.size, it.extra)
             for it, r in found.in_reused(items):
-                place(it.site.tensor, r.location, r.offset, it.size, it.entries)
+                place(it.site.tensor, r.location, r.offset, it.size, it.extra)
             ending = [
                 (
                     m.dst,

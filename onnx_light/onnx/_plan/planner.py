@@ -111,7 +111,9 @@ class Item:
         size: its byte size.
         ref: where its bytes are when they are in a file; None when they are
             the tensor's ``raw_data``.
-        entries: its former ``external_data`` (extra keys are carried over).
+        extra: its former ``external_data`` entries other than location,
+            offset and length, carried over (None: it had exactly those three,
+            see :attr:`~onnx_light.onnx._read.external.TensorRef.extra`).
         data: its bytes when they are neither in a file nor its ``raw_data``
             (a tensor held in ``float_data``... written as raw bytes).
         shared: a sharing key decided by content (``deduplicate``): items
@@ -121,7 +123,7 @@ class Item:
     site: TensorSite
     size: int
     ref: TensorRef | None = None
-    entries: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, str] | None = field(default_factory=dict)
     data: bytes | None = None
     shared: Hashable | None = None
 
@@ -182,9 +184,9 @@ class Plan:
                     "(give the save a weights location)"
                 )
             size = ref.cast.conversion.length(ref.length)
-            self.items.append(Item(ref.site, size, ref, ref.entries))
+            self.items.append(Item(ref.site, size, ref, ref.extra))
         elif into_weights:
-            self.items.append(Item(ref.site, ref.length, ref, ref.entries))
+            self.items.append(Item(ref.site, ref.length, ref, ref.extra))
         else:
             self.inline.append(ref)
             self.inline_bytes += ref.length

@@ -76,8 +76,11 @@ class TensorRef:
         source: the opened, checked file holding the bytes.
         offset: first byte of the tensor in the file.
         length: number of bytes.
-        entries: the tensor's ``external_data`` as an ordered dict (other keys
-            such as ``checksum`` are carried along).
+        location: its ``location`` entry.
+        extra: its other entries (``checksum``...), carried along when it is
+            placed again; None when it has exactly ``location``, ``offset``
+            and ``length``, in this order (the common case, kept without a
+            dict per tensor).
         cast: when the tensor gives these bytes another dtype than they have
             in the source, how they are converted.
     """
@@ -86,7 +89,8 @@ class TensorRef:
     source: SourceFile
     offset: int
     length: int
-    entries: dict[str, str]
+    location: str
+    extra: dict[str, str] | None
     cast: Cast | None = None
 
     @property
@@ -378,7 +382,14 @@ class Resolver:
             )
         if source is not self._inline_source:  # inline bytes are checked if they move
             check_length(site, length, file, cast)
-        return TensorRef(site, source, offset, length, entries, cast)
+        return TensorRef(site, source, offset, length, entries["location"], _extra(entries), cast)
+
+
+def _extra(entries: dict[str, str]) -> dict[str, str] | None:
+    """The entries other than the three a reference is placed by (None: none, in order)."""
+    if len(entries) == 3 and tuple(entries) == _PLACED_ORDER:
+        return None
+    return {key: value for key, value in entries.items() if key not in PLACED}
 
 
 PLACED = frozenset(("location", "offset", "length"))
@@ -386,7 +397,11 @@ _PLACED_ORDER = ("location", "offset", "length")
 
 
 def place(
-    tensor: onnx.TensorProto, location: str, offset: int, length: int, extra: dict[str, str]
+    tensor: onnx.TensorProto,
+    location: str,
+    offset: int,
+    length: int,
+    extra: dict[str, str] | None,
 ) -> None:
     """Make ``tensor`` EXTERNAL at ``location``, ``offset``, ``length`` (its data cleared).
 
@@ -395,12 +410,13 @@ def place(
         location: the new location, relative to the model's folder.
         offset: the new offset.
         length: the length in bytes.
-        extra: its former entries; keys other than location/offset/length
-            (``checksum``...) are kept, after the three.
+        extra: its former entries other than location/offset/length
+            (``checksum``...), kept after the three; None (a reference's
+            :attr:`TensorRef.extra`): it has exactly those three, in order.
     """
     entries = tensor.external_data
     if (
-        tuple(extra) == _PLACED_ORDER
+        extra is None
         and len(entries) == 3
         and tensor.data_location == onnx.TensorProto.EXTERNAL
         and not tensor.HasField("raw_data")
@@ -408,7 +424,7 @@ def place(
         # the common case, a reference moved: its three entries rewritten where they
         # are (an EXTERNAL tensor that reached the planner carries no typed field:
         # Resolver.resolve and check_movable refuse one)
-        first, second, third = entries
+        first, second, third = entries[:]  # a list: faster than protobuf's iterator
         first.value, second.value, third.value = location, str(offset), str(length)
         return
     tensor.ClearField("raw_data")
@@ -419,10 +435,9 @@ def place(
     add(key="location", value=location)
     add(key="offset", value=str(offset))
     add(key="length", value=str(length))
-    if len(extra) > 3 or not PLACED.issuperset(extra):
-        for key, value in extra.items():
-            if key not in PLACED:
-                add(key=key, value=value)
+    for key, value in (extra or {}).items():
+        if key not in PLACED:
+            add(key=key, value=value)
     tensor.data_location = onnx.TensorProto.EXTERNAL
 
 

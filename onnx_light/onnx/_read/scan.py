@@ -104,7 +104,7 @@ def external_refs(
 
 def ref_key(ref: TensorRef) -> tuple[str, int, int]:
     """What a reference reads, as a model records it: (location, offset, length)."""
-    return (os.path.normpath(ref.entries["location"]), ref.offset, ref.length)
+    return (os.path.normpath(ref.location), ref.offset, ref.length)
 
 
 def model_files(

@@ -24,6 +24,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 from .._errors import OUTSIDE, ExternalDataError, shown
 
@@ -76,7 +77,7 @@ class SourceFile:
     label: str
     real: str = ""
 
-    @property
+    @cached_property  # one tuple per file, not one per tensor that asks
     def identity(self) -> tuple[int, int]:
         """``(device, inode)``: the file itself, whatever its name."""
         return (self.dev, self.ino)

@@ -176,7 +176,7 @@ class SavePlan:
         placement = self.weights.placement if self.weights is not None else []
         for item, (location, offset) in zip(self.plan.items, placement, strict=True):
             sub = strip_raw_data(item.site.tensor)
-            place(sub, location, offset, item.size, item.entries)
+            place(sub, location, offset, item.size, item.extra)
             subs[item.site.path] = sub
         for ref in self.plan.inline:  # copied file to file into the .onnx, never read
             subs[ref.site.path] = Spliced(strip_raw_data(ref.site.tensor), ref)
@@ -187,7 +187,7 @@ class SavePlan:
         inline references' substitutes (their bytes spliced, never read)."""
         placement = self.weights.placement if self.weights is not None else []
         for item, (location, offset) in zip(self.plan.items, placement, strict=True):
-            place(item.site.tensor, location, offset, item.size, item.entries)
+            place(item.site.tensor, location, offset, item.size, item.extra)
         return {r.site.path: Spliced(strip_raw_data(r.site.tensor), r) for r in self.plan.inline}
 
     def write(
@@ -230,7 +230,7 @@ class SavePlan:
         if mutate and self.weights is not None:
             placement = self.weights.placement
             for item, (location, offset) in zip(self.plan.items, placement, strict=True):
-                place(item.site.tensor, location, offset, item.size, item.entries)
+                place(item.site.tensor, location, offset, item.size, item.extra)
         return size
 
 
