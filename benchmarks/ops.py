@@ -151,6 +151,48 @@ def _floor_meta(p: Paths, out: str, kind: str) -> Case:
     return _on_many(Case(run, dsts), p, kind)
 
 
+def _floor_access(p: Paths, out: str, kind: str) -> Case:
+    """The per-tensor floor of protobuf's Python API on the ``.onnx`` files of ``kind``:
+    the metadata floor, plus, for every initializer, what any tool that rewrites its
+    reference through protobuf's objects must do at the least: read its entries (key and
+    value), its dtype and dims, and write a new offset (aligned to 4096). No check, no
+    object kept per tensor: the cost of touching a tensor from Python, once."""
+    srcs = p.onnx_files(kind)
+    dsts = [os.path.join(out, os.path.basename(f)) for f in srcs]
+
+    def run():
+        models = []
+        for src in srcs:
+            with open(src, "rb") as f:
+                data = f.read()
+            models.append(onnx.ModelProto())
+            models[-1].ParseFromString(data)
+            del data
+        for model in models:
+            offset = 0
+            for tensor in model.graph.initializer:
+                entries = tensor.external_data[:]
+                {entry.key: entry.value for entry in entries}
+                tensor.data_type, tensor.dims[:]
+                entries[1].value = str(offset)
+                offset += ALIGNMENT
+        for model, dst in zip(models, dsts, strict=True):
+            with open(dst, "wb") as f:
+                f.write(model.SerializeToString())
+
+    return _on_many(Case(run, dsts), p, kind)
+
+
+def floor_access_many(p: Paths, out: str) -> Case:
+    """The per-tensor floor of protobuf's Python API, 200,000 tensors."""
+    return _floor_access(p, out, "many")
+
+
+def floor_access_twins(p: Paths, out: str) -> Case:
+    """The per-tensor floor of protobuf's Python API on the twins pair."""
+    return _floor_access(p, out, "twins")
+
+
 def floor_meta_many(p: Paths, out: str) -> Case:
     """The metadata floor of the 200,000-tensor model."""
     return _floor_meta(p, out, "many")
@@ -726,6 +768,8 @@ OPS: dict[str, Callable[[Paths, str], Case]] = {
         align_many,
         align_quarter,
         ir_align_many,
+        floor_access_many,
+        floor_access_twins,
         floor_meta_many,
         floor_meta_quarter,
         floor_meta_twins,

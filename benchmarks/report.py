@@ -343,6 +343,10 @@ for _op in ("ir_align", "ir_align_aligned", "ir_align_many", "ir_align_single", 
 SHORT.update(cold_ir="onnx-ir", cg_ir="onnx-ir")
 for _op in ("floor_meta_many", "floor_meta_quarter", "floor_meta_twins", "floor_meta_twinsq"):
     SHORT[_op] = "metadata floor"
+SHORT.update(
+    floor_access_many="protobuf's per-tensor floor",
+    floor_access_twins="protobuf's per-tensor floor",
+)
 
 # what each group's figure shows
 GROUP_TITLES = {

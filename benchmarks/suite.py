@@ -35,6 +35,7 @@ GROUPS = {
             "verify_quarter",
             "floor_meta_many",
             "floor_meta_quarter",
+            "floor_access_many",
         ],
         "single",
     ),
@@ -48,7 +49,8 @@ GROUPS = {
     "align1": (["align_single", "ir_align_single"], "single"),
     "dedup": (["dedup", "floor_dedup", "cat_both", "cat_copy", "ir_dedup"], "pair"),
     "dedupmany": (
-        ["dedup_many", "dedup_quarter", "floor_meta_twins", "floor_meta_twinsq"],
+        ["dedup_many", "dedup_quarter", "floor_meta_twins", "floor_meta_twinsq"]
+        + ["floor_access_twins"],
         "pair",
     ),
     # issue 26: float32 -> float16 without loading, against the floor and the usual recipe
@@ -61,6 +63,7 @@ GROUPS = {
             "graph_many",
             "floor_meta_many",
             "floor_meta_quarter",
+            "floor_access_many",
         ],
         "single",
     ),
@@ -152,6 +155,9 @@ LABELS = {
     "floor_meta_many": "metadata floor: protobuf parse of the .onnx + serialize + write, "
     "200,000 tensors",
     "floor_meta_quarter": "metadata floor, 50,000 tensors",
+    "floor_access_many": "protobuf's per-tensor floor: the metadata floor + each tensor's "
+    "entries, dtype and dims read and a new offset written, through protobuf's Python API",
+    "floor_access_twins": "protobuf's per-tensor floor on both .onnx of the twins pair",
     "floor_meta_twins": "metadata floor: protobuf parse + serialize + write of both .onnx, "
     "200,000 tensors in all",
     "floor_meta_twinsq": "metadata floor of both .onnx, 50,000 tensors in all",
@@ -272,6 +278,11 @@ FASTEST_COPY_ALIGNED = ("copyfile_aligned", "ir_align_aligned")
 # the per-tensor cost at both, in the notes and the summary)
 META_FLOOR_TIMES = 8.0
 META_ONNX_TIMES = 4.0
+# protobuf's per-tensor floor (floor_access_*): what touching each tensor once from
+# Python costs (its entries, dtype and dims read, an offset written), for information
+# beside each 200,000-tensor row: how much of the 8x the API itself takes
+ACCESS_FLOOR = {"many": "floor_access_many", "dedupmany": "floor_access_twins"}
+ACCESS_FLOOR["convertmany"] = "floor_access_many"
 PER_TENSOR = {  # group -> (operations at 200,000 and at 50,000 tensors), their floors
     "many": (
         [("align_many", "align_quarter"), ("info_many", "info_quarter")]
@@ -292,6 +303,7 @@ def _per_tensor_rows() -> list[Row]:
         for many, quarter in pairs:
             rows += [
                 Row(group, many, "seconds", floor, "ratio", META_FLOOR_TIMES),
+                Row(group, many, "seconds", ACCESS_FLOOR[group]),
                 Row(group, many, "peak", floor, "onnx", META_ONNX_TIMES),
                 Row(group, quarter, "seconds", floor_quarter),
                 Row(group, quarter, "peak", floor_quarter),
