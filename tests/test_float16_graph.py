@@ -820,3 +820,42 @@ def test_clip_to_float16_refuses_what_it_cannot_write():
         clip_to_float16(np.ones(4, np.float32), out=np.empty(4, np.float32))
     with pytest.raises(ValueError, match="shape"):
         clip_to_float16(np.ones(4, np.float32), out=np.empty(3, np.float16))
+
+
+def test_inference_leaves_out_the_weights_it_does_not_need():
+    """onnx infers on a copy without the main graph's external initializers: those a
+    node reads (or the graph outputs) are inputs of that copy, the others are left out;
+    the types are those of the copy with every initializer, and the model keeps its own."""
+    from onnx_light.onnx._graph import infer
+
+    def external(name, dims):
+        t = TensorProto(name=name, data_type=F, dims=dims)
+        t.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", "w.data"), ("offset", "0"), ("length", "64")):
+            t.external_data.add(key=key, value=value)
+        return t
+
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    inits = [external("W", [4, 4]), external("unread", [4]), external("out", [2])]
+    inits.append(_init("inline", np.ones(3, np.float32)))
+    model = _model(nodes, [_vi("x", F, [2, 4])], [_vi("y", F, None), _vi("out", F, None)], inits)
+    seen = {}
+    real = onnx.shape_inference.infer_shapes
+
+    def spy(copy, *args, **kwargs):
+        seen["initializers"] = [t.name for t in copy.graph.initializer]
+        seen["inputs"] = [v.name for v in copy.graph.input]
+        return real(copy, *args, **kwargs)
+
+    before = model.SerializeToString()
+    onnx.shape_inference.infer_shapes = spy
+    try:
+        infer.infer_shapes(model)
+    finally:
+        onnx.shape_inference.infer_shapes = real
+    assert seen == {"initializers": ["inline"], "inputs": ["x", "W", "out"]}
+    assert [t.name for t in model.graph.initializer] == ["W", "unread", "out", "inline"]
+    types = {v.name: v.type.tensor_type for v in [*model.graph.value_info, *model.graph.output]}
+    assert [d.dim_value for d in types["h"].shape.dim] == [2, 4]
+    assert types["out"].elem_type == F and types["y"].elem_type == F
+    assert len(model.SerializeToString()) > len(before)  # inferred types added, nothing lost

@@ -18,6 +18,7 @@ weights are inputs. The inferred types then go back into the model.
 from __future__ import annotations
 
 import onnx
+from google.protobuf.message import Message
 
 from .._read.tensors import is_external
 
@@ -51,10 +52,46 @@ def _graphs(graph: onnx.GraphProto):
                     stack.append(attribute.g)
 
 
-def _hide_external(model: onnx.ModelProto) -> None:
+def _copy_fields(src: Message, dst: Message, skip: str) -> None:
+    """Copy every set field of ``src`` into ``dst`` but the one named ``skip``."""
+    for field, value in src.ListFields():
+        if field.name == skip:
+            continue
+        if isinstance(value, Message):
+            getattr(dst, field.name).CopyFrom(value)
+        elif hasattr(value, "extend") and not isinstance(value, (str, bytes)):
+            getattr(dst, field.name).extend(value)  # a repeated field
+        else:
+            setattr(dst, field.name, value)
+
+
+def _inference_copy(model: onnx.ModelProto, read: set[str]) -> tuple[onnx.ModelProto, dict]:
+    """A copy of ``model`` for onnx's inference, without its main graph's external
+    initializers (a model of 200,000 weights is not copied twice to be inferred).
+
+    Returns:
+        ``(the copy, {name: (type, dims)} of those a node reads or the graph
+        outputs)``: they become inputs of the copy; the others cannot change a
+        type onnx infers, and are left out.
+    """
+    copy = onnx.ModelProto()
+    _copy_fields(model, copy, "graph")
+    graph, target = model.graph, copy.graph
+    _copy_fields(graph, target, "initializer")
+    outputs = {v.name for v in graph.output}
+    hidden: dict[str, tuple[int, list[int]]] = {}
+    for tensor in graph.initializer:
+        if not is_external(tensor):
+            target.initializer.append(tensor)
+        elif tensor.name in read or tensor.name in outputs:
+            hidden.setdefault(tensor.name, (tensor.data_type, tensor.dims[:]))
+    return copy, hidden
+
+
+def _hide_external(model: onnx.ModelProto, hidden: dict[str, tuple[int, list[int]]]) -> None:
     """Make every external tensor of ``model`` that a node reads an input of its main
-    graph (one no node reads cannot make onnx drop a type: it stays, unread)."""
-    hidden: dict[str, tuple[int, list[int]]] = {}  # name: type, dims (two branches may share one)
+    graph (one no node reads cannot make onnx drop a type: it stays, unread), with
+    the main graph's own already taken out (``hidden``, :func:`_inference_copy`)."""
     graphs = list(_graphs(model.graph))
     read = {name for graph in graphs for node in graph.node for name in node.input}
 
@@ -101,9 +138,9 @@ def infer_shapes(model: onnx.ModelProto) -> None:
         onnx.shape_inference.InferenceError: as onnx raises it (a malformed
             model; node errors are not raised, as in onnx's default mode).
     """
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    _hide_external(copy)
+    read = {name for graph in _graphs(model.graph) for node in graph.node for name in node.input}
+    copy, hidden = _inference_copy(model, read)
+    _hide_external(copy, hidden)
     inferred = onnx.shape_inference.infer_shapes(copy)
     for mine, theirs in zip(_graphs(model.graph), _graphs(inferred.graph), strict=True):
         for ours, inferred_ones in ((mine.input, theirs.input), (mine.output, theirs.output)):
