@@ -101,12 +101,11 @@ def model_info(path: str) -> dict:
     with SourceFiles() as opened:
         model, inline = scan_model(os.path.abspath(path), opened)
     tensors, files = [], {}
+    names = dict(onnx.TensorProto.DataType.items())  # name -> code
+    dtypes = {code: name for name, code in names.items()}  # looked up once per model
     for site in iter_tensors(model):
         t = site.tensor
-        try:
-            dtype = onnx.TensorProto.DataType.Name(t.data_type)
-        except ValueError:
-            dtype = str(t.data_type)
+        dtype = dtypes.get(t.data_type) or str(t.data_type)
         if is_external(t):
             entries = {_text(e.key): _text(e.value) for e in t.external_data[:]}
             location = entries.get("location", "")
