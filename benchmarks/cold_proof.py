@@ -13,7 +13,10 @@ dropping both (``True``) or with the default (``None``: the source's pages
 only, the source being cold), then, right after it, the step a user
 takes next on the output: an onnxruntime ``InferenceSession`` or
 ``onnx_light.onnx.load``. Rounds interleave the four cases in a seeded
-shuffle (``--defaults`` and ``--steps`` pick the cases). Writes ``results/cold_proof.md``: each figure as min (median, max).
+shuffle (``--defaults`` and ``--steps`` pick the cases). ``--warm N``
+instead runs N interleaved rounds of the warm re-align (source read just
+before) with today's default and with the memory rule alone, and prints
+them: the cost of probing the cache. Writes ``results/cold_proof.md``: each figure as min (median, max).
 """
 
 from __future__ import annotations
@@ -91,6 +94,40 @@ LABELS = {
 }
 
 
+WARM = """
+import json, os, sys, time
+import onnx_light.onnx as onnxl
+import onnx_light.onnx._write.shards as shards
+from onnx_light.onnx._system.memory import available_memory
+src, dst, rule = sys.argv[1], sys.argv[2], sys.argv[3]
+if rule == "memory":  # the default before issue 29.2: the memory rule alone
+    shards.drop_by_default = lambda n, *a: n > (available_memory() or n)
+t0 = time.perf_counter()
+onnxl.align_external_data_streaming(src, dst, "model.onnx.data", 4096)
+print(json.dumps({"seconds": time.perf_counter() - t0}))
+"""
+
+
+def warm_ab(src: str, folder: str, rounds: int) -> dict[str, list[float]]:
+    """The warm re-align with today's default and with the memory rule alone,
+    interleaved, the source read before each (it stays cached)."""
+    times: dict[str, list[float]] = {"now": [], "memory": []}
+    rng = random.Random(292)
+    for r in range(rounds):
+        for rule in rng.sample(list(times), 2) if r else list(times):
+            shutil.rmtree(folder, ignore_errors=True)
+            os.makedirs(folder)
+            os.sync()
+            with open(src + ".data", "rb") as f:
+                while f.read(8 << 20):
+                    pass
+            rec = child(WARM, src, os.path.join(folder, "model.onnx"), rule)
+            times[rule].append(rec["seconds"])
+            print(f"[warm {r + 1}/{rounds}] {rule:6} {rec['seconds']:.3f} s", flush=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    return times
+
+
 def child(code: str, *args: str) -> dict:
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     out = subprocess.run(
@@ -118,8 +155,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", default="ort,load")
     ap.add_argument("--defaults", default=",".join(DEFAULTS), help="of " + ", ".join(DEFAULTS))
+    ap.add_argument(
+        "--warm", type=int, default=0, help="instead: N rounds of the warm A/B (no root needed)"
+    )
     ap.add_argument("--output", default=os.path.join(HERE, "results", "cold_proof.md"))
     args = ap.parse_args(argv)
+    if args.warm:
+        src = os.path.join(args.workdir, f"two-{args.size}", "model.onnx")
+        times = warm_ab(src, os.path.join(args.workdir, "out", "warm_ab"), args.warm)
+        for rule, values in times.items():
+            print(f"warm re-align, {rule}: {spread(values)} s")
+        return 0
     reason = cgroup.unavailable()
     if reason:
         print(f"cold_proof needs root: {reason}", file=sys.stderr)
