@@ -128,8 +128,8 @@ def add_write_flags(p: argparse.ArgumentParser, models: str) -> None:
         default=None,
         help="drop the copied ranges from the page cache as the copy goes (written to disk "
         "first), so the rest of the cache stays; default: when the copy exceeds the "
-        "memory available (MemAvailable, or the memory cgroup's room), or when its source "
-        "is not in the page cache (a copy of 64 MiB or more)",
+        "memory available (MemAvailable, or the memory cgroup's room); the source's ranges "
+        "only when it is not in the page cache (a copy of 64 MiB or more)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
 

@@ -211,10 +211,11 @@ def align_external_data_streaming(
             leaves the rest of the page cache alone. None (default): when
             the bytes to copy exceed the memory available (the kernel's
             ``MemAvailable``, or the room left in the process's memory
-            cgroup), where the page cache could not keep them anyway, or
-            when the copy is at least 64 MiB and its source is cold (less
-            than half of a few probed ranges in the page cache:
-            ``cachestat``, else ``mincore``); a warm source keeps the cache.
+            cgroup), where the page cache could not keep them anyway; the
+            source's ranges only when the copy is at least 64 MiB and its
+            source is cold (less than half of a few probed ranges in the
+            page cache: ``cachestat``, else ``mincore``), the destination
+            kept cached for the next step; a warm source keeps the cache.
         rewrite: in place, rewrite the files even when they already are as
             this call would write them (the same names, offsets, lengths
             and file sizes). False (default): then nothing is written, and

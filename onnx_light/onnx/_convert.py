@@ -153,8 +153,8 @@ def convert_float_to_float16(
         durable: flush the new files and their folder to the disk before
             returning (``fsync``).
         drop_behind: drop the copied ranges from the page cache as they are
-            written (None: when they exceed the memory available, or the
-            source is cold), as in
+            written (None: when they exceed the memory available; the
+            source's only when it is cold), as in
             :func:`~onnx_light.onnx.align_external_data_streaming`.
         remove_unreferenced: in place, delete the old weights files no
             ``.onnx`` of the folder references any more.

@@ -218,8 +218,8 @@ def deduplicate_external_data(
             returning, even into a new folder (in place, always done).
         drop_behind: drop the copied ranges from the page cache as the copy
             goes, as in :func:`~onnx_light.onnx.align_external_data_streaming`
-            (None: when the copy exceeds the memory available, or its
-            sources are cold).
+            (None: when the copy exceeds the memory available; the sources'
+            ranges only when they are cold).
 
     Returns:
         A :class:`DedupResult`: bytes before and written, the groups of

@@ -206,7 +206,8 @@ class SavePlan:
             progress: ``progress(done_bytes, total_bytes)`` while the weights
                 are written (called once with ``(0, 0)`` when there are none).
             drop_behind: drop the copied ranges from the page cache (None: when
-                they exceed the memory available, or the source is cold; see
+                they exceed the memory available, the source's only when it is
+                cold; see
                 ``WeightsFiles.write``).
             own: the model is the caller's own copy, to change: its tensors
                 become their references in place, instead of substitutes

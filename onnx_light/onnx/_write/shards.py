@@ -187,8 +187,8 @@ class WeightsFiles:
         """Write every file (as temporary files of ``out``); none when there is no item.
 
         ``drop_behind`` None drops the copied ranges from the page cache when
-        the bytes to copy exceed the memory available, or when the source is
-        cold (:func:`~onnx_light.onnx._system.memory.drop_by_default`).
+        the bytes to copy exceed the memory available, the source's ranges
+        only when it is cold (:func:`~onnx_light.onnx._system.memory.drop_by_default`).
 
         Returns:
             The bytes written, padding included.
