@@ -17,7 +17,6 @@ import os
 import re
 import statistics
 import subprocess
-import textwrap
 
 from suite import FIGURES, GROUPS, LABELS, ROWS, SECONDS, MiB, Row
 
@@ -353,7 +352,7 @@ GROUP_TITLES = {
     "align": "Re-align a two-file model (weights off their pages)",
     "align4": "Re-align a 4 GiB two-file model",
     "aligned": "Re-align a model whose weights are aligned already",
-    "many": "Re-align 200,000 tiny tensors",
+    "many": "200,000 tiny tensors: re-align, info and verify",
     "inmem": "Load + save a model in memory",
     "load": "Load a two-file model",
     "save": "Save a model held in memory",
@@ -496,8 +495,85 @@ def summary(results: list[dict], figures: str | None = None) -> str:
     return "\n".join([*lines, ""])
 
 
+# The group figures are 1080 px wide (7.2 in at 150 dpi: a phone's screen at three device
+# pixels per CSS pixel): shown 360 px wide, a text of 13 pt there is 9 px tall.
+FIG_WIDTH, FIG_DPI = 7.2, 150
+TITLE_PT, HEAD_PT, LABEL_PT = 16, 14, 13  # the group's title, a comparison, a bar
+
+
+def _wrap(text: str, points: float, width_px: float, renderer, weight: str = "normal") -> str:
+    """``text`` wrapped at word boundaries to lines at most ``width_px`` wide, measured
+    in the font it is drawn in (a word longer than the width gets a line of its own)."""
+    from matplotlib.font_manager import FontProperties
+
+    prop = FontProperties(size=points, weight=weight)
+
+    def width(line: str) -> float:
+        return renderer.get_text_width_height_descent(line, prop, ismath=False)[0]
+
+    lines: list[str] = []
+    for word in text.split(" "):  # not at a no-break space: "<=\u00a08x" stays whole
+        if lines and width(f"{lines[-1]} {word}") <= width_px:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(word)
+    return "\n".join(lines)
+
+
+NBSP = "\u00a0"  # a target's words stay on one line: "<=\u00a08x"
+
+
+def _heading(r: dict, op: str | None) -> str:
+    """What a block of bars compares (one target of one operation), with the target;
+    ``op``: the operation's name when the group has several (else None)."""
+    against = _against(r)
+    what = r["figure"] + (f" vs {against}" if against else "")
+    if op:
+        what = f"{op}: {what}"
+    if not what.startswith("onnx"):  # a tool's name keeps its case
+        what = what[0].upper() + what[1:]
+    return f"{what}, target {r['target'].replace(' ', NBSP)}"
+
+
+def _op_names(rows: list[dict]) -> dict[str, str] | None:
+    """The operations' names in a group of several (None for one), without the words
+    all of them end with (", 200,000 tensors": the group's title says it)."""
+    names = {r["op"]: _short(r["op"]) for r in rows}
+    if len(names) < 2:
+        return None
+    tails = {name.rpartition(", ")[2] for name in names.values()}
+    if len(tails) == 1 and all(", " in name for name in names.values()):
+        names = {op: name.rpartition(", ")[0] for op, name in names.items()}
+    return names
+
+
+def _bar_label(r: dict, results: list[dict]) -> str:
+    """A bar's name: where it was measured, what, and the result."""
+    faster = _faster(r, results)
+    measured = _measured(r) + (f" ({faster})" if faster else "")
+    if r["kind"] == "onnx" and r.get("onnx_bytes"):
+        measured += f", {r['value_raw'] / r['onnx_bytes']:.1f}x the .onnx"
+    return f"{_where(r)}: {measured}, {r['result']}"
+
+
+def _over_target(r: dict) -> float:
+    """What a result measured, divided by its target (1: just met)."""
+    measured = r["ratio_raw"] if r["kind"] == "ratio" else r["value_raw"]
+    if r["kind"] == "le":
+        measured = r["value_raw"] - r["ref_raw"]
+    if r["kind"] == "onnx":
+        measured = r["value_raw"] / r["onnx_bytes"] if r.get("onnx_bytes") else math.inf
+    return max(measured / r["target_raw"], 1e-3)
+
+
 def plot(results: list[dict], path: str, title: str) -> list[str]:
     """One figure per group: each targeted figure over its target (1: just met), log scale.
+
+    Laid out for a phone as well as a page: the bars span the figure's width,
+    each comparison (an operation's figure against its reference, and the
+    target) is a heading over its bars, each bar is named above it by its size
+    and what was measured. Every text is wrapped to the figure's width, and no
+    text is smaller than :data:`LABEL_PT` (9 px at 360 px wide).
 
     Args:
         results: from :func:`evaluate` or :func:`results_from_csv`.
@@ -505,7 +581,8 @@ def plot(results: list[dict], path: str, title: str) -> list[str]:
             are ``results/latest-<group>.png``. Figures of groups this
             report no longer has, and the single figure of older reports,
             are removed.
-        title: the machine line, written small under each figure.
+        title: the machine line: kept in each PNG's metadata (``Description``);
+            the report's text gives it beside the figures.
 
     Returns:
         The paths written.
@@ -514,50 +591,91 @@ def plot(results: list[dict], path: str, title: str) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     stem = path[: -len(".png")] if path.endswith(".png") else path
     written = []
+    left, right = 0.12, 0.22  # inches beside the axes (the last tick label overhangs)
+    width_px = (FIG_WIDTH - left - right) * FIG_DPI
     for group, rows in _targeted(results).items():
         rows = [r for r in rows if not math.isnan(r["value_raw"])]
         if not rows:
             continue
-        first: dict[tuple, int] = {}  # one comparison's sizes together, as in the summary
+        blocks: dict[tuple, list[dict]] = {}  # one target of one comparison, as in the summary
         for r in rows:
-            first.setdefault((r["op"], r["ref_op"], r["fig"]), len(first))
-        rows.sort(key=lambda r: first[(r["op"], r["ref_op"], r["fig"])])
-        labels, values, colors = [], [], []
-        for r in rows:
-            against = _against(r)
-            what = f"{_where(r)}: {r['figure']}" + (f" vs {against}" if against else "")
-            faster = _faster(r, results)
-            verdict = f"{_measured(r)}" + (f" ({faster})" if faster else "")
-            verdict += f", target {r['target']}: {r['result']}"
-            labels.append(textwrap.fill(what, 34, break_long_words=False) + "\n" + verdict)
-            measured = r["ratio_raw"] if r["kind"] == "ratio" else r["value_raw"]
-            if r["kind"] == "le":
-                measured = r["value_raw"] - r["ref_raw"]
-            if r["kind"] == "onnx":
-                measured = r["value_raw"] / r["onnx_bytes"] if r.get("onnx_bytes") else math.inf
-            values.append(max(measured / r["target_raw"], 1e-3))
-            colors.append(STATE_COLORS["good" if r["passed"] else "bad"])
-        height = sum(0.22 * (label.count("\n") + 1) + 0.2 for label in labels) + 1.5
-        fig, ax = plt.subplots(figsize=(7.2, height))
-        y = list(range(len(rows)))
-        ax.barh(y, values, color=colors, height=0.6)
-        ax.axvline(1.0, color="black", linestyle="--", linewidth=1)
+            blocks.setdefault((r["op"], r["ref_op"], r["fig"], r["target"]), []).append(r)
+        ops = _op_names(rows)
+        fig = plt.figure(figsize=(FIG_WIDTH, 4), dpi=FIG_DPI)
+        renderer = fig.canvas.get_renderer()
+
+        def lines_in(text: str, points: float) -> float:
+            return (text.count("\n") + 1) * points / 72 * 1.3  # inches
+
+        # top to bottom, in inches from the top of the axes
+        heading_text, label_text, bar_y = [], [], []
+        y = 0.05
+        for block in blocks.values():
+            head = _heading(block[0], ops and ops[block[0]["op"]])
+            heading = _wrap(head, HEAD_PT, width_px, renderer, "bold")
+            heading_text.append((y, heading))
+            y += lines_in(heading, HEAD_PT) + 0.04
+            for r in block:
+                label = _wrap(_bar_label(r, results), LABEL_PT, width_px, renderer)
+                label_text.append((y, label))
+                y += lines_in(label, LABEL_PT) + 0.02
+                bar_y.append((y + 0.15, r))
+                y += 0.3 + 0.1
+            y += 0.12
+        heading_title = _wrap(GROUP_TITLES.get(group, group), TITLE_PT, width_px, renderer)
+        top = 0.1 + lines_in(heading_title, TITLE_PT) + 0.08
+        xlabel = _wrap(
+            "measured / target, log scale: left of the dashed line, the target is met",
+            LABEL_PT,
+            width_px,
+            renderer,
+        )
+        bottom = 0.1 + LABEL_PT / 72 * 1.6 + lines_in(xlabel, LABEL_PT) + 0.05
+        height = top + y + bottom
+        fig.set_size_inches(FIG_WIDTH, height)
+        ax = fig.add_axes(
+            (left / FIG_WIDTH, bottom / height, 1 - (left + right) / FIG_WIDTH, y / height)
+        )
+        values = [_over_target(r) for _, r in bar_y]
+        ax.barh(
+            [b for b, _ in bar_y],
+            values,
+            height=0.3,
+            color=[STATE_COLORS["good" if r["passed"] else "bad"] for _, r in bar_y],
+            zorder=2,
+        )
+        high = max(3.0, 1.5 * max(values))
         ax.set_xscale("log")
-        ax.set_xlim(1e-3, max(3.0, 1.5 * max(values)))
+        ax.set_xlim(1e-3, high)
+        ax.set_ylim(y, 0)
+        ax.axvline(1.0, color="black", linestyle="--", linewidth=1.2, zorder=3)
+        decades = [10.0**k for k in range(-3, math.floor(math.log10(high)) + 1)]
+        ax.xaxis.set_major_locator(FixedLocator(decades))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
-        ax.set_yticks(y, labels, fontsize=10)
-        ax.set_ylim(len(rows) - 0.5, -0.5)
-        ax.set_xlabel("measured / target (left of the dashed line: met)", fontsize=10)
-        ax.set_title(GROUP_TITLES.get(group, group), fontsize=12, loc="left")
-        ax.grid(axis="x", alpha=0.3, which="major")
-        fig.text(0.01, 0.005, textwrap.fill(title, 150), fontsize=6, color="#555555", va="bottom")
-        fig.tight_layout(rect=(0, 0.03, 1, 1))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.xaxis.get_majorticklabels()[0].set_horizontalalignment("left")  # inside
+        ax.tick_params(axis="x", labelsize=LABEL_PT)
+        ax.set_yticks([])
+        for side in ("top", "right", "left"):
+            ax.spines[side].set_visible(False)
+        ax.grid(axis="x", alpha=0.3, which="major", zorder=0)
+        ax.set_xlabel(xlabel, fontsize=LABEL_PT)
+        box = {"facecolor": "white", "edgecolor": "none", "pad": 1.0}
+        place = ax.get_yaxis_transform()  # x in axes fraction, y in inches from the top
+        for at, text in heading_text:
+            ax.text(0, at, text, transform=place, fontsize=HEAD_PT, weight="bold",
+                    va="top", ha="left", bbox=box, zorder=4)  # fmt: skip
+        for at, text in label_text:
+            ax.text(0, at, text, transform=place, fontsize=LABEL_PT,
+                    va="top", ha="left", bbox=box, zorder=4)  # fmt: skip
+        fig.text(left / FIG_WIDTH, 1 - 0.1 / height, heading_title, fontsize=TITLE_PT,
+                 va="top", ha="left")  # fmt: skip
         out = f"{stem}-{group}.png"
-        fig.savefig(out, dpi=150)
+        fig.savefig(out, dpi=FIG_DPI, metadata={"Description": title})
         plt.close(fig)
         written.append(out)
     stale = [stem + ".png"] + glob.glob(glob.escape(stem) + "-*.png")

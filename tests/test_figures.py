@@ -151,6 +151,83 @@ def test_one_figure_per_group_readable_and_stale_ones_removed(tmp_path):
         assert width <= 1200 and height <= 2 * width, (path, width, height)
 
 
+def _drawn_figures(monkeypatch, results, path):
+    """The figures :func:`report.plot` draws, each as it is when saved: [(name, figure)]."""
+    import matplotlib.figure
+
+    seen = []
+    save = matplotlib.figure.Figure.savefig
+
+    def keep(fig, out, *args, **kwargs):
+        fig.canvas.draw()
+        seen.append((Path(str(out)).name, fig, _texts(fig)))
+        return save(fig, out, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    report.plot(results, path, "machine: a machine line as long as the reports' own, " * 3)
+    return seen
+
+
+def _texts(fig):
+    """Every non-empty visible text of a figure: (text, its box in pixels, its size in px)."""
+    import matplotlib.text
+
+    renderer = fig.canvas.get_renderer()
+    hidden = set()  # the labels of ticks outside the axes' limits are not drawn
+    for ax in fig.axes:
+        for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            low, high = sorted(limits)
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not low <= tick.get_loc() <= high:
+                    hidden |= {id(tick.label1), id(tick.label2)}
+    out = []
+    for t in fig.findobj(matplotlib.text.Text):
+        if t.get_visible() and t.get_text().strip() and id(t) not in hidden:
+            box = t.get_window_extent(renderer)
+            out.append((t.get_text(), box, t.get_fontsize() * fig.dpi / 72))
+    return out
+
+
+PHONE = 360  # CSS px of a figure on a phone's screen (390 px less the page's margins)
+
+
+@pytest.mark.parametrize("name", ["latest", "cold", "dedup", "smoke"])
+def test_every_group_figure_fits_its_texts_readable_on_a_phone(name, monkeypatch, tmp_path):
+    """Each group's title and every label inside the figure, none over another or over a
+    bar, none under 8 px when the figure is shown 360 px wide (no machine footnote: the
+    report's text gives the machine)."""
+    results = report.results_from_csv(str(RESULTS / f"{name}.csv"))
+    drawn = _drawn_figures(monkeypatch, results, str(tmp_path / f"{name}.png"))
+    assert drawn
+    for figure, fig, texts in drawn:
+        width, height = fig.canvas.get_width_height()
+        title = report.GROUP_TITLES[figure[len(name) + 1 : -len(".png")]]
+        assert any(" ".join(t.split()) == title for t, _, _ in texts), (figure, "no title")
+        for text, box, _ in texts:
+            assert box.x0 >= -1 and box.y0 >= -1, (figure, text, "cut")
+            assert box.x1 <= width + 1 and box.y1 <= height + 1, (figure, text, "cut")
+    for figure, fig, texts in drawn:
+        width, height = fig.canvas.get_width_height()
+        for text, _, px in texts:
+            assert px * PHONE / width >= 8, (figure, text, f"{px * PHONE / width:.1f} px")
+        boxes = [box for _, box, _ in texts]
+        bars = [p.get_window_extent() for ax in fig.axes for p in ax.patches]
+        for i, (text, box, _) in enumerate(texts):
+            others = [b for j, b in enumerate(boxes) if j != i] + bars
+            assert not any(box.overlaps(b) for b in others), (figure, text, "overlaps")
+        assert height <= 2 * width, figure
+
+
+def test_a_long_title_is_wrapped_inside_the_figure(monkeypatch, tmp_path):
+    results = [r for r in _committed("latest") if report._group(r) == "aligned"]
+    long = "A title much longer than the figure is wide, " * 4 + "at any group"
+    monkeypatch.setitem(report.GROUP_TITLES, "aligned", long)
+    ((_, fig, texts),) = _drawn_figures(monkeypatch, results, str(tmp_path / "x.png"))
+    width, _ = fig.canvas.get_width_height()
+    (title,) = [(t, box) for t, box, _ in texts if " ".join(t.split()) == long]
+    assert title[0].count("\n") >= 2 and title[1].x1 <= width + 1
+
+
 def test_redraw_is_idempotent(tmp_path):
     for ext in (".md", ".csv"):
         (tmp_path / f"dedup{ext}").write_bytes((RESULTS / f"dedup{ext}").read_bytes())
