@@ -24,10 +24,9 @@ cells of the gallery scripts (their docstring and the comments that follow a
   number is quoted with ``:bench:``;
 - **numbers of the proof reports come from the build**: a text that names a
   proof script or its report (``ort_alignment``, ``convert_proof``,
-  ``threads_proof``, ``dedup_proof``: ``benchmarks/results/NAME.md``) states
-  none of that report's figures (its tables' cells, with their column's unit,
-  and its prose), nor does the edit how-to's prose retype its measured table
-  (``edit_proof`` has no committed report). Such a number is quoted with
+  ``threads_proof``, ``dedup_proof``, ``edit_proof``:
+  ``benchmarks/results/NAME.md``) states none of that report's figures (its
+  tables' cells, with their column's unit, and its prose). Such a number is quoted with
   ``:report:`` (``_doc/conf.py``).
 
 Each guard is also run on a sentence with its defect, and must catch it.
@@ -313,10 +312,8 @@ def test_no_literal_figure_of_the_report_in_prose():
 
 # The reports that the how-tos include (``markdown-report``) or name (the script
 # that writes them): their figures are the report's, quoted from it, never typed.
-# ``edit_proof`` has no committed report: its table is the edit how-to's own, read
-# from that page (the prose around it must not retype it).
 PROOF_REPORTS = ("ort_alignment", "convert_proof", "threads_proof", "dedup_proof")
-EDIT_PAGE = os.path.join("_doc", "howto", "edit_without_loading.rst")
+PROOF_REPORTS += ("edit_proof",)
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 _UNITS = {"s": "s", "MiB": "MiB", "GiB": "MiB", "KiB": "MiB", "MB": "MB", "GB": "MB"}
 _UNITS |= {"x": "x", "times": "x"}
@@ -352,19 +349,8 @@ def _table_figures(rows: list[list[str]], found: dict[str, list[float]]) -> None
 
 def proof_figures(report: str) -> dict[str, list[float]]:
     """The figures of ``benchmarks/results/REPORT.md`` (its tables and its prose), by
-    unit (seconds, MiB, MB, ratios); or, for ``edit_proof``, of the edit how-to's table."""
+    unit (seconds, MiB, MB, ratios)."""
     found: dict[str, list[float]] = {"s": [], "MiB": [], "MB": [], "x": []}
-    if report == "edit_proof":
-        rows, text = [], _read(os.path.join(ROOT, EDIT_PAGE))
-        tables = re.findall(r"\.\. list-table::.*?(?=\n\S|\Z)", text, re.DOTALL)
-        table = next(t for t in tables if "peak RSS growth" in t)  # the measured one
-        for line in table.split("\n"):
-            if line.startswith("   * - "):
-                rows.append([line[7:]])
-            elif line.startswith("     - "):
-                rows[-1].append(line[7:])
-        _table_figures(rows, found)
-        return found
     text = _read(os.path.join(RESULTS, f"{report}.md"))
     table: list[list[str]] = []
     for line in [*text.split("\n"), ""]:
@@ -386,10 +372,8 @@ def without_tables(text: str) -> str:
 
 
 def cited_proofs(name: str, text: str) -> list[str]:
-    """The proof reports a text cites: it names the script, or the report, or includes it;
-    the edit how-to cites its own table."""
-    cited = [r for r in PROOF_REPORTS if re.search(rf"\b{r}\.(py|md|csv)", text)]
-    return [*cited, "edit_proof"] if name == EDIT_PAGE else cited
+    """The proof reports a text cites: it names the script, or the report, or includes it."""
+    return [r for r in PROOF_REPORTS if re.search(rf"\b{r}\.(py|md|csv)", text)]
 
 
 def literal_proof_figures(text: str, figures: dict[str, list[float]]) -> list[str]:
@@ -411,7 +395,7 @@ def literal_proof_figures(text: str, figures: dict[str, list[float]]) -> list[st
 
 
 def test_no_literal_figure_of_a_proof_report_in_prose():
-    reports = {r: proof_figures(r) for r in (*PROOF_REPORTS, "edit_proof")}
+    reports = {r: proof_figures(r) for r in PROOF_REPORTS}
     bad = {}
     for name, text in published().items():
         hits = [
@@ -424,7 +408,7 @@ def test_no_literal_figure_of_a_proof_report_in_prose():
 
 def test_the_proof_reports_have_figures():
     # the parser reads each report: an empty list would let every figure through
-    for report in (*PROOF_REPORTS, "edit_proof"):
+    for report in PROOF_REPORTS:
         figures = proof_figures(report)
         assert sum(len(v) for v in figures.values()) > 20, report
 
