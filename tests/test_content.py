@@ -54,9 +54,9 @@ def test_many_look_alikes_cost_a_pass_each_not_a_comparison_per_pair(tmp_path, m
     read = [0]
     real = content._Reader.read
 
-    def counting(self, blob, start, size, which=0):
+    def counting(self, blob, start, size, which=0, twin=False):
         read[0] += size
-        return real(self, blob, start, size, which)
+        return real(self, blob, start, size, which, twin)
 
     monkeypatch.setattr(content._Reader, "read", counting)
     with SourceFiles() as files:
@@ -66,3 +66,45 @@ def test_many_look_alikes_cost_a_pass_each_not_a_comparison_per_pair(tmp_path, m
     assert classes == list(range(n))  # all different
     assert read[0] <= 3 * n * length  # linear: samples, then one digest pass each
     assert read[0] <= comparison_bound(blobs) + n * 3 * content.SAMPLE
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise")
+@pytest.mark.parametrize("drop", [True, "source"])
+def test_a_cold_comparison_keeps_cached_only_what_the_copy_reads_next(tmp_path, monkeypatch, drop):
+    """drop_behind=SOURCE (a cold source, a copy that fits in memory): a blob the copy
+    reads next (the first of its class, a different one) stays in the page cache (else
+    the disk is read twice for it); its equal twin leaves it. True: all leave."""
+    from onnx_light.onnx._system.memory import SOURCE
+
+    assert SOURCE == "source"
+    length = 2 * CHUNK + 7
+    rng = np.random.default_rng(3)
+    base = rng.integers(0, 256, length, dtype="uint8").tobytes()
+    other = bytearray(base)
+    other[CHUNK + 100_000] ^= 1  # in its second chunk, where no sample looks
+    path = tmp_path / "data"
+    path.write_bytes(base + base + bytes(other))
+    dropped = []
+    real = os.posix_fadvise
+
+    def advise(fd, offset, size, advice):
+        if advice == os.POSIX_FADV_DONTNEED:
+            dropped.append((offset, size))
+        return real(fd, offset, size, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", advise)
+    with SourceFiles() as files:
+        source = files.data(str(tmp_path), (str(tmp_path.resolve()),), "data", "t")
+        blobs = [Blob(length, source, i * length) for i in range(3)]
+        dropped.clear()
+        assert content_classes(blobs, files, drop_behind=drop) == [0, 0, 2]
+
+    def touched(i):
+        return sum(size for offset, size in dropped if i * length <= offset < (i + 1) * length)
+
+    assert touched(1) >= length  # the twin: compared whole, then never read again
+    if drop == "source":
+        assert touched(0) == 0  # the head, and the different one: the copy drops them
+        assert touched(2) <= CHUNK + 2 * CHUNK  # at most as far as compared with the head
+    else:
+        assert touched(0) >= length and touched(2) >= length

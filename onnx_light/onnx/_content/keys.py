@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from .._plan.planner import Item
 from .._read.sources import SourceFile, SourceFiles
+from .._system.memory import SOURCE
 
 __all__ = ["Blob", "blob_of", "comparison_bound", "comparison_estimate", "content_classes"]
 
@@ -57,19 +58,30 @@ class Blob:
 
 
 class _Reader:
-    """Reads blobs into reusable buffers (two chunks of memory in all)."""
+    """Reads blobs into reusable buffers (two chunks of memory in all).
+
+    With ``drop``, what is read leaves the page cache again. With ``drop`` =
+    :data:`~onnx_light.onnx._system.memory.SOURCE` (a cold source, a copy that
+    fits in memory), only the second blob of a comparison does (a twin, not
+    read again when it is equal): the rest is what the copy reads next, and
+    drops behind it; dropped here, it would be read from the disk twice.
+    """
 
     def __init__(
-        self, files: SourceFiles, progress: Callable[[int], None] | None, drop: bool = False
+        self, files: SourceFiles, progress: Callable[[int], None] | None, drop: bool | str = False
     ) -> None:
         self.files = files
         self.buffers = [bytearray(CHUNK), bytearray(CHUNK)]
         self.progress = progress
         self.compared = 0
-        self.drop = drop and hasattr(os, "posix_fadvise")
+        self.drop = bool(drop) and hasattr(os, "posix_fadvise")
+        self.twins_only = drop == SOURCE
 
-    def read(self, blob: Blob, start: int, size: int, which: int = 0) -> memoryview:
-        """``size`` bytes of ``blob`` from ``start`` (within it)."""
+    def read(
+        self, blob: Blob, start: int, size: int, which: int = 0, twin: bool = False
+    ) -> memoryview:
+        """``size`` bytes of ``blob`` from ``start`` (within it); ``twin``: the second
+        blob of a comparison."""
         if blob.source is None:
             return memoryview(blob.data)[start : start + size]
         buf = memoryview(self.buffers[which])[:size]
@@ -83,7 +95,7 @@ class _Reader:
                         "while comparing tensors (the file shrank?)"
                     )
                 done += n
-            if self.drop:  # read once to compare: out of the page cache again
+            if self.drop and (twin or not self.twins_only):  # out of the page cache again
                 with contextlib.suppress(OSError):
                     os.posix_fadvise(fd, blob.offset + start, size, os.POSIX_FADV_DONTNEED)
         return buf
@@ -103,10 +115,11 @@ class _Reader:
         return h.digest()
 
     def equal(self, a: Blob, b: Blob) -> bool:
-        """True when the two blobs (of one length) hold the same bytes."""
+        """True when the two blobs (of one length) hold the same bytes (``a``: the first
+        of its class, copied next; ``b``: a twin when they are)."""
         for start in range(0, a.length, CHUNK):
             size = min(CHUNK, a.length - start)
-            same = _same(self.read(a, start, size, 0), self.read(b, start, size, 1))
+            same = _same(self.read(a, start, size, 0), self.read(b, start, size, 1, twin=True))
             self._count(2 * size)
             if not same:
                 return False
@@ -178,7 +191,7 @@ def content_classes(
     blobs: Sequence[Blob],
     files: SourceFiles,
     progress: Callable[[int], None] | None = None,
-    drop_behind: bool = False,
+    drop_behind: bool | str = False,
 ) -> list[int]:
     """A class per blob: two blobs get the same class when their bytes are equal.
 
@@ -187,7 +200,9 @@ def content_classes(
         files: the call's opened source files.
         progress: called with the number of bytes compared so far (at most
             :func:`comparison_bound`), after each chunk.
-        drop_behind: drop what was read from the page cache as it is read.
+        drop_behind: drop what was read from the page cache as it is read
+            (:data:`~onnx_light.onnx._system.memory.SOURCE`: only the blobs
+            found equal to an earlier one; the copy reads the others next).
 
     Returns:
         One class number per blob, the number of the first blob of its class.
