@@ -496,9 +496,10 @@ def summary(results: list[dict], figures: str | None = None) -> str:
 
 
 # The group figures are 1080 px wide (7.2 in at 150 dpi: a phone's screen at three device
-# pixels per CSS pixel): shown 360 px wide, a text of 13 pt there is 9 px tall.
+# pixels per CSS pixel): shown 345 px wide (a 390 px phone less the page's margins), a
+# text of 15 pt is 10 px tall there.
 FIG_WIDTH, FIG_DPI = 7.2, 150
-TITLE_PT, HEAD_PT, LABEL_PT = 16, 14, 13  # the group's title, a comparison, a bar
+TITLE_PT, HEAD_PT, LABEL_PT = 18, 15, 15  # the group's title, a comparison, a bar
 
 
 def _wrap(text: str, points: float, width_px: float, renderer, weight: str = "normal") -> str:
@@ -573,7 +574,7 @@ def plot(results: list[dict], path: str, title: str) -> list[str]:
     each comparison (an operation's figure against its reference, and the
     target) is a heading over its bars, each bar is named above it by its size
     and what was measured. Every text is wrapped to the figure's width, and no
-    text is smaller than :data:`LABEL_PT` (9 px at 360 px wide).
+    text is smaller than :data:`LABEL_PT` (10 px at 345 px wide).
 
     Args:
         results: from :func:`evaluate` or :func:`results_from_csv`.
@@ -629,7 +630,7 @@ def plot(results: list[dict], path: str, title: str) -> list[str]:
         heading_title = _wrap(GROUP_TITLES.get(group, group), TITLE_PT, width_px, renderer)
         top = 0.1 + lines_in(heading_title, TITLE_PT) + 0.08
         xlabel = _wrap(
-            "measured / target, log scale: left of the dashed line, the target is met",
+            "measured / target, log scale: left of the dashed line, met",
             LABEL_PT,
             width_px,
             renderer,
