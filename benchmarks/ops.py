@@ -25,6 +25,7 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 from onnx_ir.passes.common import DeduplicateInitializersPass
+from peers import IR_ALIGN, IR_DEDUP, IR_SAVE, ONNX_SAVE
 from sources import ALIGNMENT, DATA, MODEL, NEW_EVERY, Paths
 
 import onnx_light.cli
@@ -88,6 +89,7 @@ def _ir_align(src: str, out: str) -> Case:
             size_threshold_bytes=1024,
             alignment=ALIGNMENT,
             align_threshold=0,
+            **IR_ALIGN,
         )
 
     return Case(run, [dst, os.path.join(out, DATA)])
@@ -253,7 +255,7 @@ def onnx_loadsave(p: Paths, out: str) -> Case:
 
     def run():
         model = onnx.load(p.two)
-        onnx.save(model, dst, save_as_external_data=True, location=DATA)
+        onnx.save(model, dst, save_as_external_data=True, location=DATA, **ONNX_SAVE)
 
     return Case(run, [dst, os.path.join(out, DATA)])
 
@@ -283,7 +285,7 @@ def onnx_save(p: Paths, out: str) -> Case:
     model = onnx.load(p.two)
     dst = os.path.join(out, MODEL)
     return Case(
-        lambda: onnx.save(model, dst, save_as_external_data=True, location=DATA),
+        lambda: onnx.save(model, dst, save_as_external_data=True, location=DATA, **ONNX_SAVE),
         [dst, os.path.join(out, DATA)],
     )
 
@@ -323,6 +325,7 @@ def ir_save(p: Paths, out: str) -> Case:
             size_threshold_bytes=1024,
             alignment=ALIGNMENT,
             align_threshold=0,
+            **IR_SAVE,
         )
 
     return Case(run, [dst, os.path.join(out, DATA)])
@@ -679,6 +682,7 @@ def ir_dedup(p: Paths, out: str) -> Case:
                 size_threshold_bytes=1024,
                 alignment=ALIGNMENT,
                 align_threshold=0,
+                **IR_DEDUP,
             )
             del model
 
