@@ -205,7 +205,11 @@ def main(argv: list[str] | None = None) -> int:
             results[variant].append(_run(variant, model_path, os.path.join(args.workdir, "out")))
         print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
     command = "benchmarks/tensor_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = _report(results, args.tensors, args.rounds, describe_machine(), command.strip())
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
+    ).stdout.strip()
+    machine = f"{describe_machine()} ({commit or 'unknown commit'}), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    text = _report(results, args.tensors, args.rounds, machine, command.strip())
     print(text)
     with open(args.output, "w") as f:
         f.write(text)
