@@ -476,12 +476,25 @@ def _tensors(row: dict) -> str | None:
     return m.group(1) if m else None
 
 
+def _round_ratios(row: dict) -> str | None:
+    """The lowest and highest per-round ratio of a row (``0.51x-1.97x``): how far its
+    rounds spread around the median ratio the report states."""
+    try:
+        values = [float(v) for v in row["values"].split()]
+        refs = [float(v) for v in row["ref_values"].split()]
+    except (KeyError, ValueError):
+        return None
+    ratios = [v / r for v, r in zip(values, refs, strict=True) if r > 0]
+    return f"{min(ratios):.2f}x-{max(ratios):.2f}x" if len(ratios) > 1 else None
+
+
 def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None):
     """``:bench:`align vs copyfile, seconds, 1GiB on xfs, ratio```: one number of the report.
 
     ``WHAT`` is ``value``, ``ref`` (the reference's value), ``ratio``,
     ``result``, ``per tensor`` (a memory or bytes value over the number of
-    tensors the operation names, in KiB) or ``tensors`` (that number); ``SIZE`` is the size, followed by
+    tensors the operation names, in KiB), ``tensors`` (that number) or
+    ``rounds`` (the lowest and highest per-round ratio); ``SIZE`` is the size, followed by
     `` on FS`` for the tables of other filesystems. A ``REPORT:`` prefix
     (``dedup: dedup_many vs dedup_quarter, peak, 1GiB, per tensor``) reads
     ``benchmarks/results/REPORT.csv`` instead of ``latest.csv``.
@@ -516,6 +529,7 @@ def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None)
                 "result": row["result"],
                 "per tensor": _per_tensor(row),
                 "tensors": _tensors(row),
+                "rounds": _round_ratios(row) if what == "rounds" else None,
             }.get(what)
             if shown is not None:
                 return [nodes.Text(shown)], []
