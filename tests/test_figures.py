@@ -201,7 +201,10 @@ PHONE = 345  # CSS px of a figure on a phone's screen (390 px less the page's ma
 def test_every_group_figure_fits_its_texts_readable_on_a_phone(name, monkeypatch, tmp_path):
     """Each group's title and every label inside the figure, none over another or over a
     bar, none under 9 px when the figure is shown 345 px wide (no machine footnote: the
-    report's text gives the machine)."""
+    report's text gives the machine; smoke's report exists once make bench-smoke ran:
+    it is git-ignored)."""
+    if not (RESULTS / f"{name}.csv").exists():
+        pytest.skip(f"no {name} report here (benchmarks/run.py writes it)")
     results = report.results_from_csv(str(RESULTS / f"{name}.csv"))
     drawn = _drawn_figures(monkeypatch, results, str(tmp_path / f"{name}.png"))
     assert drawn
