@@ -13,7 +13,7 @@ interpreter of its own (one after the other, from an empty folder), with
   them against the report.
 
 From those rounds it writes ``results/gallery.json`` (per script: the
-machine, the commit, the date, the rounds, the load of the machine; per
+machine, the commit, the date, the rounds, the CPU share other processes used; per
 comparison: the rounds, the per-round ratios, their median and range, the
 verdict and the words a page states) and ``results/gallery.md`` (the same,
 to read). Every build of the site then prints these words, and says where
@@ -38,12 +38,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from onnx_light.bench import describe_machine  # noqa: E402
+from onnx_light.bench import OthersCpu, describe_machine  # noqa: E402
 from onnx_light.bench.compare import MEASURE_ENV, REPORT, Comparison  # noqa: E402
 from onnx_light.bench.rounds import ROUNDS_ENV  # noqa: E402
 
 SCRIPTS = os.path.join(ROOT, "examples", "benchmarks")
 ROUNDS = 7
+QUIET = 0.25  # CPUs other processes may use while a script runs on a quiet machine
 
 
 def _git(*args: str) -> str:
@@ -92,10 +93,6 @@ def run_script(path: str, rounds: int) -> tuple[list[dict], float]:
     return [c.report_entry() for c in comparisons], seconds
 
 
-def _load() -> tuple[float, int]:
-    return os.getloadavg()[0], os.cpu_count() or 1
-
-
 def markdown(report: dict) -> str:
     """The report to read: its header, then each script's words and where they come from."""
     lines = [
@@ -115,12 +112,22 @@ def markdown(report: dict) -> str:
         lines += [
             "",
             f"**{name}**: {part['rounds']} rounds at commit {part['commit']}, {part['date']}, "
-            f"in {part['seconds']:.0f} s; load average {part['load'][0]:.1f} before, "
-            f"{part['load'][1]:.1f} after ({part['cores']} cores).",
+            f"in {part['seconds']:.0f} s; {_others(part)}.",
             "",
         ]
         lines += [f"- {e['words']}" for e in part["comparisons"]] or ["- (no comparison)"]
     return "\n".join(lines) + "\n"
+
+
+def _others(part: dict) -> str:
+    """How busy the rest of the machine was while a script ran (older entries kept
+    the load average instead)."""
+    if "others_cpu" in part:
+        return f"other processes used {part['others_cpu']:.2f} of {part['cores']} CPUs"
+    return (
+        f"load average {part['load'][0]:.1f} before, {part['load'][1]:.1f} after "
+        f"({part['cores']} cores)"
+    )
 
 
 def _write_markdown(report: dict, output: str) -> int:
@@ -164,41 +171,41 @@ def main(argv: list[str] | None = None) -> int:
         previous = {}
     kept = {k: v for k, v in previous.items() if k in scripts and (only and k not in only)}
     todo = [s for s in scripts if not only or s in only]
-    machine, head, failed, loads = describe_machine(), commit(), [], []
+    machine, head, failed, busy = describe_machine(), commit(), [], []
+    cores = os.cpu_count() or 1
     for name in todo:
-        before, cores = _load()
         print(f"{name}: {args.rounds} rounds ...", flush=True)
         try:
-            comparisons, seconds = run_script(os.path.join(folder, name), args.rounds)
+            with OthersCpu() as others:
+                comparisons, seconds = run_script(os.path.join(folder, name), args.rounds)
         except RuntimeError as e:
             print(e, file=sys.stderr)
             failed.append(name)
             if name in previous:
                 kept[name] = previous[name]
             continue
-        after, _ = _load()
-        loads += [before, after]
+        busy.append(others.share or 0.0)
         kept[name] = {
             "machine": machine,
             "commit": head,
             "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
             "rounds": args.rounds,
             "seconds": round(seconds, 1),
-            "load": [before, after],
+            "others_cpu": round(others.share or 0.0, 2),
             "cores": cores,
             "comparisons": comparisons,
         }
         for e in comparisons:
             print(f"  {e['words']}", flush=True)
-    cores = os.cpu_count() or 1
-    busiest = max(loads, default=0.0)
+    busiest = max(busy, default=0.0)
     note = (
-        f"**Measured on a shared, loaded machine** (load average up to {busiest:.1f} on "
-        f"{cores} cores while the scripts ran): its spreads are wider than a quiet "
+        f"**Measured on a shared, loaded machine** (other processes used up to {busiest:.2f} "
+        f"of {cores} CPUs while a script ran): its spreads are wider than a quiet "
         "machine's, and fewer pairs are ranked. Measure it again on a quiet machine with "
         "`make gallery-report`, and commit `benchmarks/results/gallery.*`."
-        if busiest > 0.5 * cores
-        else f"Measured on a quiet machine (load average up to {busiest:.1f} on {cores} cores)."
+        if busiest > QUIET
+        else f"Measured on a quiet machine (other processes used at most {busiest:.2f} of "
+        f"{cores} CPUs while a script ran)."
     )
     given = sys.argv[1:] if argv is None else argv
     command = "make gallery-report" + (

@@ -130,11 +130,12 @@ def ir_align_many(p: Paths, out: str) -> Case:
     return _on_many(_ir_align(p.many, out), p, "many")
 
 
-def _floor_meta(p: Paths, out: str, kind: str) -> Case:
-    """The metadata floor of a job on the ``.onnx`` files of ``kind``: each read and
-    parsed by protobuf (``ModelProto.ParseFromString``), then each serialized again and
-    written into a new file; no onnx.load, no external data. A pair's two models are held
-    parsed together, as a dedup that writes both outputs in one commit holds them."""
+def _floor(p: Paths, out: str, kind: str, touch: Callable[[onnx.ModelProto], None] | None):
+    """Each ``.onnx`` file of ``kind`` read and parsed by protobuf
+    (``ModelProto.ParseFromString``), ``touch(model)`` on each, then each serialized
+    again and written into a new file; no onnx.load, no external data. A pair's two
+    models are held parsed together, as a dedup that writes both outputs in one commit
+    holds them."""
     srcs = p.onnx_files(kind)
     dsts = [os.path.join(out, os.path.basename(f)) for f in srcs]
 
@@ -146,43 +147,41 @@ def _floor_meta(p: Paths, out: str, kind: str) -> Case:
             models.append(onnx.ModelProto())
             models[-1].ParseFromString(data)
             del data
+        if touch is not None:
+            for model in models:
+                touch(model)
         for model, dst in zip(models, dsts, strict=True):
             with open(dst, "wb") as f:
                 f.write(model.SerializeToString())
 
     return _on_many(Case(run, dsts), p, kind)
+
+
+def _floor_meta(p: Paths, out: str, kind: str) -> Case:
+    """The metadata floor of a job on the ``.onnx`` files of ``kind``: parsed and
+    written again (:func:`_floor`), nothing else."""
+    return _floor(p, out, kind, None)
+
+
+def _touch_every_tensor(model: onnx.ModelProto) -> None:
+    """Read every initializer's entries (key and value), dtype and dims, and write a new
+    offset (aligned to 4096)."""
+    offset = 0
+    for tensor in model.graph.initializer:
+        entries = tensor.external_data[:]
+        {entry.key: entry.value for entry in entries}
+        tensor.data_type, tensor.dims[:]
+        entries[1].value = str(offset)
+        offset += ALIGNMENT
 
 
 def _floor_access(p: Paths, out: str, kind: str) -> Case:
     """The per-tensor floor of protobuf's Python API on the ``.onnx`` files of ``kind``:
     the metadata floor, plus, for every initializer, what any tool that rewrites its
-    reference through protobuf's objects must do at the least: read its entries (key and
-    value), its dtype and dims, and write a new offset (aligned to 4096). No check, no
-    object kept per tensor: the cost of touching a tensor from Python, once."""
-    srcs = p.onnx_files(kind)
-    dsts = [os.path.join(out, os.path.basename(f)) for f in srcs]
-
-    def run():
-        models = []
-        for src in srcs:
-            with open(src, "rb") as f:
-                data = f.read()
-            models.append(onnx.ModelProto())
-            models[-1].ParseFromString(data)
-            del data
-        for model in models:
-            offset = 0
-            for tensor in model.graph.initializer:
-                entries = tensor.external_data[:]
-                {entry.key: entry.value for entry in entries}
-                tensor.data_type, tensor.dims[:]
-                entries[1].value = str(offset)
-                offset += ALIGNMENT
-        for model, dst in zip(models, dsts, strict=True):
-            with open(dst, "wb") as f:
-                f.write(model.SerializeToString())
-
-    return _on_many(Case(run, dsts), p, kind)
+    reference through protobuf's objects must do at the least
+    (:func:`_touch_every_tensor`). No check, no object kept per tensor: the cost of
+    touching a tensor from Python, once."""
+    return _floor(p, out, kind, _touch_every_tensor)
 
 
 def floor_access_many(p: Paths, out: str) -> Case:

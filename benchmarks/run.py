@@ -37,6 +37,7 @@ import report
 import sources
 from suite import FLUSHED, GROUPS, OPT_IN, ROWS, TIMELINE, condition, fs_plan, plan
 
+from onnx_light.bench import OthersCpu
 from onnx_light.bench.filesystems import loop_mount, unavailable
 from onnx_light.bench.rounds import hold_free_pages, prime, warm
 from onnx_light.onnx._write.fs import copy_policy
@@ -118,17 +119,6 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _cpu_ticks() -> tuple[int, int]:
-    """(busy, total) clock ticks of all CPUs since boot, from ``/proc/stat``."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return 0, 0
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return sum(fields) - idle, sum(fields)
-
-
 def run_worker(op: str, workdir: str, size: str, timeout: float, extra=(), cg=None) -> dict | None:
     """Run one measurement; also record how busy the other processes kept the CPUs.
 
@@ -145,23 +135,20 @@ def run_worker(op: str, workdir: str, size: str, timeout: float, extra=(), cg=No
     cmd = [sys.executable, os.path.join(HERE, "worker.py"), op, workdir, size, *extra]
     if op in TIMELINE:
         cmd.append("--timeline")
-    busy0, total0 = _cpu_ticks()
-    child0 = os.times()
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")  # no idle BLAS threads spinning
     try:
-        proc = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            preexec_fn=cg.enter if cg is not None else None,
-        )
+        with OthersCpu() as others:
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=env,
+                preexec_fn=cg.enter if cg is not None else None,
+            )
     except subprocess.TimeoutExpired:
         log(f"    {op} [{size}]: timed out after {timeout:.0f} s")
         return None
-    busy1, total1 = _cpu_ticks()
-    child1 = os.times()
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 and cg is not None and cg.oom_kills():
         log(f"    {op} [{size}]: OOM-killed in the cgroup (exit {proc.returncode})")
@@ -176,16 +163,8 @@ def run_worker(op: str, workdir: str, size: str, timeout: float, extra=(), cg=No
         log(f"    {op} [{size}]: worker failed (exit {proc.returncode})\n{proc.stderr[-3000:]}")
         return None
     record = json.loads(lines[-1])
-    # CPU share used by OTHER processes while the worker ran (0 = quiet machine,
-    # 1 = one whole CPU busy elsewhere): busy ticks minus the worker's own CPU time.
-    tick = os.sysconf("SC_CLK_TCK")
-    mine = (child1.children_user - child0.children_user) + (
-        child1.children_system - child0.children_system
-    )
-    ncpu = os.cpu_count() or 1
-    if total1 > total0:
-        wall = (total1 - total0) / tick / ncpu
-        record["others_cpu"] = max(0.0, ((busy1 - busy0) / tick - mine) / wall)
+    if others.share is not None:  # 0 = quiet machine, 1 = one whole CPU busy elsewhere
+        record["others_cpu"] = others.share
     return record
 
 

@@ -21,6 +21,7 @@ import onnx_light.onnx._system.cache as cache
 import onnx_light.onnx._system.memory as memory
 import onnx_light.onnx._write.copy as copy_module
 import onnx_light.onnx._write.shards as shards
+from onnx_light import bench
 from onnx_light.bench import make_gemm_model
 
 MiB = 2**20
@@ -29,12 +30,8 @@ linux = pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fa
 
 
 def evict(path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    """``path`` out of the page cache (the benchmarks' own :func:`onnx_light.bench.evict`)."""
+    assert bench.evict([path])
 
 
 def share(path) -> float | None:

@@ -56,6 +56,7 @@ from .models import (
     model_inputs,
     weights_nbytes,
 )
+from .others import OthersCpu
 from .places import tensor_places
 from .rounds import Rounds, Run, default_rounds, hold_free_pages, measure_rounds, prime, warm
 from .sizes import quick_run, sized
@@ -65,6 +66,7 @@ from .timeline import RssTimeline, Sample
 __all__ = [
     "show_command",
     "Comparison",
+    "OthersCpu",
     "PeakMemory",
     "Rounds",
     "RssTimeline",
