@@ -362,6 +362,41 @@ def test_thousands_of_tiny_tensors_in_few_system_calls(tmp_path, monkeypatch, al
     assert all(off % alignment == 0 for _, off, _ in external_offsets(tmp_path / "d.onnx"))
 
 
+def test_batches_that_grow_keep_their_bytes_and_buffers_fit_them(tmp_path, monkeypatch):
+    """The batch buffers grow with the batches (a few KiB first, then megabytes), never
+    beyond what a batch needs: every tensor's bytes unchanged, padding zero."""
+    from onnx_light.onnx._write import runs as _runs
+
+    rng = np.random.default_rng(3)
+    sizes = [12] * 20 + [70_000] + [40_000] * 60 + [300] * 10  # small, one run, large batch
+    inits = [
+        numpy_helper.from_array(rng.integers(0, 255, n, dtype=np.uint8), f"t{i}")
+        for i, n in enumerate(sizes)
+    ]
+    model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], [], inits))
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+    seen = []
+    real = _runs.Scratch.fit
+
+    def fit(self, read, write):
+        real(self, read, write)
+        seen.append((read, write, len(self.read), len(self.write)))
+
+    monkeypatch.setattr(_runs.Scratch, "fit", fit)
+    onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", 4096)
+    assert read_back(tmp_path / "d.onnx") == tensor_bytes(model)
+    first_read, first_write = seen[0][2], seen[0][3]  # 20 tensors of 12 bytes, 4096 apart
+    assert first_read == 64 * 1024 and first_write == 128 * 1024
+    assert max(s[3] for s in seen) > 1024 * 1024  # a later batch: megabytes
+    assert all(
+        r <= nr <= _runs.BATCH_BYTES and w <= nw <= _runs.BATCH_BYTES for r, w, nr, nw in seen
+    )
+    data = (tmp_path / "d.data").read_bytes()
+    placed = sorted((off, n) for _, off, n in external_offsets(tmp_path / "d.onnx"))
+    gaps = [(off + n, nxt) for (off, n), (nxt, _) in zip(placed, placed[1:])]
+    assert all(data[end:nxt] == bytes(nxt - end) for end, nxt in gaps)  # padding is zeros
+
+
 def test_truncated_source_in_a_batch_names_the_tensor(tmp_path, monkeypatch):
     """A source that ends early inside a batch names the first tensor whose bytes are missing."""
     from onnx_light.onnx._write import runs as _runs
