@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from peers import IR_ALIGN, IR_DEDUP, IR_SAVE, said
+
 MiB = 1024 * 1024
 
 # group -> (operations, which sources: "two" = the two-file sizes, "large" = the 4 GiB
@@ -140,14 +142,15 @@ TIMELINE = {
 LABELS = {
     "copyfile": "shutil.copyfile of the .data",
     "align": "onnxl.align_external_data_streaming(4096)",
-    "ir_align": "onnx_ir load + save(alignment=4096, max_workers=None: its default)",
+    "ir_align": f"onnx_ir load + save(alignment=4096, {said(IR_ALIGN)})",
     "onnx_loadsave": "onnx.load + onnx.save(external data, its defaults)",
     "copyfile_aligned": "shutil.copyfile of the aligned source's .data",
     "align_aligned": "onnxl.align_external_data_streaming(4096), source already aligned",
-    "ir_align_aligned": "onnx_ir load + save(alignment=4096, max_workers=None), source already aligned",
+    "ir_align_aligned": f"onnx_ir load + save(alignment=4096, {said(IR_ALIGN)}), "
+    "source already aligned",
     "align_many": "onnxl.align_external_data_streaming(4096), 200,000 tensors of 64 bytes",
     "align_quarter": "the same, 50,000 tensors (a quarter)",
-    "ir_align_many": "onnx_ir load + save(alignment=4096, max_workers=None), 200,000 tensors",
+    "ir_align_many": f"onnx_ir load + save(alignment=4096, {said(IR_ALIGN)}), 200,000 tensors",
     "info_many": "onnx-light info, 200,000 tensors (in-process, output to /dev/null)",
     "info_quarter": "onnx-light info, 50,000 tensors",
     "verify_many": "onnx-light verify, 200,000 tensors (in-process, output to /dev/null)",
@@ -167,7 +170,7 @@ LABELS = {
     "floor_copy": "floor: tensor.raw_data = bytes for every weight (protobuf's copy)",
     "light_save": "onnxl.save(alignment=4096) of a model in memory",
     "onnx_save": "onnx.save(save_as_external_data=True, its defaults) of the same",
-    "ir_save": "onnx_ir.save(alignment=4096, max_workers=None: its default) of the same",
+    "ir_save": f"onnx_ir.save(alignment=4096, {said(IR_SAVE)}) of the same",
     "floor_write": "floor: the same bytes written from one buffer (pwrite, preallocated)",
     "shared_save": "onnxl.save_model_with_shared_external_data, 1/8 new",
     "full_save": "onnxl.save of the same variant (all in memory)",
@@ -178,14 +181,16 @@ LABELS = {
     "forest_scan": "onnxl.load(skip_raw_data=True) of a tree ensemble (metadata only)",
     "onnx_load_forest": "onnx.load of the same tree ensemble",
     "align_single": "onnxl.align_external_data_streaming(4096) of the single-file model",
-    "ir_align_single": "onnx_ir load + save(alignment=4096, max_workers=None) of the single-file model",
+    "ir_align_single": f"onnx_ir load + save(alignment=4096, {said(IR_ALIGN)}) "
+    "of the single-file model",
     "dedup": "onnxl.deduplicate_external_data of two models sharing 7/8 of their weights",
     "floor_dedup": "floor: one loop (1 MiB buffer) reading both weights files once and "
     "writing the 9/16 of unique bytes once",
     "cat_both": "the reading alone: cat of both weights files to /dev/null (bytes: the naive "
     "total, read)",
     "cat_copy": "the same cat, then a kernel copy of 9/16 of the bytes (those read twice)",
-    "ir_dedup": "onnx_ir load + DeduplicateInitializersPass + save(alignment=4096, max_workers=4), each model",
+    "ir_dedup": "onnx_ir load + DeduplicateInitializersPass + "
+    f"save(alignment=4096, {said(IR_DEDUP)}), each model",
     "dedup_many": "onnxl.deduplicate_external_data, 200,000 tensors of 64 bytes, many twins",
     "dedup_quarter": "the same, 50,000 tensors (a quarter)",
     "cp": "cp of the .data",
