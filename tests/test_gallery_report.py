@@ -62,13 +62,36 @@ def test_the_report_holds_what_a_reader_needs_to_trust_it(scripts, tmp_path):
     assert ranked["ratios"]["low"] <= ranked["ratios"]["median"] <= ranked["ratios"]["high"]
     assert ranked["words"].startswith("fast was faster than slow: slow took ")
     assert same["verdict"] == "within the noise" and same["context"] == "same"
-    assert report["note"].endswith("Re-run me.") and "make gallery-report" in report["note"]
+    assert report["note"].endswith("Re-run me.") and "other processes used" in report["note"]
     md = (tmp_path / "results" / "gallery.md").read_text()
     assert (
         md.count("machine: ") == 1 and "**plot_one.py**: 4 rounds" in md and ranked["words"] in md
     )
     (md_path := tmp_path / "results" / "gallery.md").unlink()
     assert _run(scripts, out, "--markdown") == 0 and md_path.read_text() == md  # from the JSON
+
+
+@pytest.mark.parametrize("share, said", [(0.02, "quiet machine"), (0.9, "make gallery-report")])
+def test_the_header_says_how_busy_the_rest_of_the_machine_was(
+    scripts, tmp_path, monkeypatch, share, said
+):
+    """Quiet or loaded is decided by the CPU the other processes used (not the load
+    average, which counts the report's own scripts); a loaded one says how to redo it."""
+
+    class Busy:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.share = share
+
+    monkeypatch.setattr(gallery_report, "OthersCpu", Busy)
+    out = tmp_path / "gallery.json"
+    assert _run(scripts, out, "--rounds", "3") == 0
+    report = json.loads(out.read_text())
+    assert said in report["note"] and f"{share:.2f} of" in report["note"]
+    assert report["scripts"]["plot_one.py"]["others_cpu"] == share
+    assert f"other processes used {share:.2f} of" in (tmp_path / "gallery.md").read_text()
 
 
 def test_a_build_prints_the_reports_words_and_its_own_ratio(scripts, tmp_path):
