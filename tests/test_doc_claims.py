@@ -24,8 +24,7 @@ cells of the gallery scripts (their docstring and the comments that follow a
   number is quoted with ``:bench:``;
 - **numbers of the proof reports come from the build**: a text that names a
   proof script or its report (``ort_alignment``, ``convert_proof``,
-  ``threads_proof``, ``dedup_proof``, ``edit_proof``, ``peer_settings``,
-  ``commit_ab``:
+  ``threads_proof``, ``dedup_proof``, ``edit_proof``, ``peer_settings``:
   ``benchmarks/results/NAME.md``) states none of that report's figures (its
   tables' cells, with their column's unit, and its prose). Such a number is quoted with
   ``:report:`` (``_doc/conf.py``).
@@ -314,7 +313,7 @@ def test_no_literal_figure_of_the_report_in_prose():
 # The reports that the how-tos include (``markdown-report``) or name (the script
 # that writes them): their figures are the report's, quoted from it, never typed.
 PROOF_REPORTS = ("ort_alignment", "convert_proof", "threads_proof", "dedup_proof")
-PROOF_REPORTS += ("edit_proof", "peer_settings", "commit_ab")
+PROOF_REPORTS += ("edit_proof", "peer_settings")
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 _UNITS = {"s": "s", "MiB": "MiB", "GiB": "MiB", "KiB": "MiB", "MB": "MB", "GB": "MB"}
 _UNITS |= {"x": "x", "times": "x"}
