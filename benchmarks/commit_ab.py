@@ -13,7 +13,8 @@ folder), beside ``shutil.copyfile`` of the ``.data`` (the kernel's copy, the
 row's floor). Each measurement runs in a fresh process that imports the tree it
 is given (never the installed package) and re-aligns the ``tiny`` source once
 before the measured call; the three run in a new seeded order each round, with
-freed memory primed and free-page reporting held as ``make bench`` does. The
+earlier writes flushed, freed memory primed and free-page reporting held as
+``make bench`` does. The
 ``tiny`` source (40 KiB of weights) shows what a call costs beyond its bytes.
 
 The report gives, per source, each one's time (min, median, max), and the
@@ -176,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                     order = list(trees)
                     rng.shuffle(order)
                     for key in order:
+                        os.sync()  # no write-back of an earlier output overlaps
                         prime(256 * 1024 * 1024)
                         rec = _measure(trees[key], src, tiny, out)
                         results[size][key]["seconds"].append(rec["seconds"])
