@@ -123,23 +123,10 @@ def _report(results: dict, names: dict, sizes: list[str], rounds: int, header: l
             "",
             "| source | per-round ratio | min (median, max) | verdict |",
             "|---|---|---|---|",
-            _ratio_line(
-                f"two-{size}",
-                res[head]["seconds"],
-                res[base]["seconds"],
-                names[head],
-                names[base],
-            ),
         ]
-        for key in (head, base):
+        for a, b in ((head, base), (head, COPY), (base, COPY)):
             lines.append(
-                _ratio_line(
-                    f"two-{size}",
-                    res[key]["seconds"],
-                    res[COPY]["seconds"],
-                    names[key],
-                    names[COPY],
-                )
+                _ratio_line(f"two-{size}", res[a]["seconds"], res[b]["seconds"], names[a], names[b])
             )
     return "\n".join(lines) + "\n"
 
