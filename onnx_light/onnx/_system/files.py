@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .._errors import TruncatedFileError, shown
 from .libc import last_error, libc_function
+from .signals import finished
 
 __all__ = [
     "only_zeros_between",
@@ -116,10 +117,10 @@ def read_refs(refs: list, files, num_threads: int = 1):
             futures.append(ex.submit(read, ref))
             if len(futures) >= window:
                 j = i - len(futures) + 1
-                yield refs[j], futures.pop(0).result()
+                yield refs[j], finished(futures.pop(0))
         start = len(refs) - len(futures)
         for k, fut in enumerate(futures):
-            yield refs[start + k], fut.result()
+            yield refs[start + k], finished(fut)
 
 
 def only_zeros_between(

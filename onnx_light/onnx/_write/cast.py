@@ -26,6 +26,7 @@ from .._plan.cast import BFLOAT16, DOUBLE, FLOAT, FLOAT16, ITEMSIZE, Conversion
 from .._plan.planner import Item
 from .._read.sources import SourceFiles
 from .._system.files import read_upto
+from .._system.signals import finished
 from .clip import clip_to_float16
 from .copy import pwrite_all
 
@@ -150,7 +151,7 @@ def write_casts(
     pool = ThreadPoolExecutor(threads)
     try:
         for future in [pool.submit(run, piece) for piece in pieces]:
-            future.result()
+            finished(future)
     finally:
         pool.shutdown(cancel_futures=True)  # after a failure, the chunks not started
 

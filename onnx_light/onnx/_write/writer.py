@@ -21,6 +21,7 @@ from .._plan.layout import Layout
 from .._plan.planner import Item
 from .._read.sources import SourceFiles
 from .._system.files import preallocate
+from .._system.signals import finished
 from .cast import write_casts
 from .copy import CopyEngine, pwrite_all
 from .fs import CopyPolicy, copy_policy
@@ -77,9 +78,9 @@ def _write_memory(fd: int, jobs: list[tuple[Item, int]], threads: int, done) -> 
                 state["inflight"] += item.size
             futures.append(ex.submit(job, item, offset))
             while futures and futures[0].done():
-                done(futures.pop(0).result())
+                done(finished(futures.pop(0)))
         for fut in futures:
-            done(fut.result())
+            done(finished(fut))
 
 
 def _preallocate(fd: int, total: int, all_runs: list[Run], memory, policy: CopyPolicy) -> None:
