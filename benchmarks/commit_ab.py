@@ -151,12 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     base = _short(args.base)
     names = {"head": "this tree", "base": "the base", COPY: "shutil.copyfile"}
     out = tempfile.mkdtemp(prefix="commit-ab-", dir=args.workdir)
-    base_tree = _base_tree(args.base, tempfile.mkdtemp(prefix="commit-ab-base-"))
+    base_tree = tempfile.mkdtemp(prefix="commit-ab-base-")
     trees = {"head": ROOT, "base": base_tree, COPY: COPY}
     results = {s: {k: {"seconds": [], "cpu": []} for k in trees} for s in sizes}
     rng = random.Random(0)
     began = time.perf_counter()
     try:
+        _base_tree(args.base, base_tree)
         with hold_free_pages() as held:
             for i in range(args.rounds):
                 for size in sizes:
