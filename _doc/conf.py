@@ -488,13 +488,25 @@ def _round_ratios(row: dict) -> str | None:
     return f"{min(ratios):.2f}x-{max(ratios):.2f}x" if len(ratios) > 1 else None
 
 
+def _round_range(row: dict, column: str) -> str | None:
+    """The lowest and highest of a row's (``values``) or its reference's
+    (``ref_values``) rounds, in seconds (``0.38-0.71 s``)."""
+    try:
+        values = [float(v) for v in row[column].split()]
+    except (KeyError, ValueError):
+        return None
+    return f"{min(values):.2f}-{max(values):.2f} s" if len(values) > 1 else None
+
+
 def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None):
     """``:bench:`align vs copyfile, seconds, 1GiB on xfs, ratio```: one number of the report.
 
     ``WHAT`` is ``value``, ``ref`` (the reference's value), ``ratio``,
     ``result``, ``per tensor`` (a memory or bytes value over the number of
     tensors the operation names, in KiB), ``tensors`` (that number) or
-    ``rounds`` (the lowest and highest per-round ratio); ``SIZE`` is the size, followed by
+    ``rounds`` (the lowest and highest per-round ratio), ``value_rounds`` or
+    ``ref_rounds`` (the lowest and highest of its or its reference's rounds,
+    in seconds); ``SIZE`` is the size, followed by
     `` on FS`` for the tables of other filesystems. A ``REPORT:`` prefix
     (``dedup: dedup_many vs dedup_quarter, peak, 1GiB, per tensor``) reads
     ``benchmarks/results/REPORT.csv`` instead of ``latest.csv``.
@@ -530,6 +542,8 @@ def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None)
                 "per tensor": _per_tensor(row),
                 "tensors": _tensors(row),
                 "rounds": _round_ratios(row) if what == "rounds" else None,
+                "value_rounds": _round_range(row, "values") if what == "value_rounds" else None,
+                "ref_rounds": _round_range(row, "ref_values") if what == "ref_rounds" else None,
             }.get(what)
             if shown is not None:
                 return [nodes.Text(shown)], []
