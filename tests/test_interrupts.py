@@ -340,34 +340,3 @@ def test_interrupted_convert_leaves_old_or_new(in_place, model, tmp_path):
 
     half = {n: a.astype(np.float16) for n, a in weights.items()}
     _old_or_new(call, template, work, (dst, half), 91 + in_place)
-
-
-def test_a_ctrl_c_while_waiting_for_a_worker_is_a_keyboard_interrupt():
-    """The main thread waiting for a pool's chunk gets the KeyboardInterrupt itself (a
-    Condition's wait can turn it into "cannot release un-acquired lock"), and the
-    future stays usable: the pool's shutdown still completes."""
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
-    from onnx_light.onnx._system.signals import finished
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    try:
-        for delay in (0.001, 0.005, 0.02, 0.05):
-            with ThreadPoolExecutor(1) as pool:
-                future = pool.submit(time.sleep, 0.2)
-                signal.setitimer(signal.ITIMER_REAL, delay)
-                with pytest.raises(KeyboardInterrupt):
-                    finished(future)
-                    time.sleep(1)  # the signal always lands before this ends
-            assert future.done() and future.result() is None
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-    with ThreadPoolExecutor(1) as pool:
-        assert finished(pool.submit(lambda: 7)) == 7
-        with pytest.raises(ZeroDivisionError):
-            finished(pool.submit(lambda: 1 / 0))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
 
 from .._errors import TruncatedFileError, shown
 from .libc import last_error, libc_function
-from .signals import finished
+from .pool import Pool
 
 __all__ = [
     "only_zeros_between",
@@ -110,17 +110,15 @@ def read_refs(refs: list, files, num_threads: int = 1):
         for ref in refs:
             yield ref, read(ref)
         return
-    with ThreadPoolExecutor(num_threads) as ex:
-        window = 2 * num_threads
-        futures = []
-        for i, ref in enumerate(refs):
-            futures.append(ex.submit(read, ref))
-            if len(futures) >= window:
-                j = i - len(futures) + 1
-                yield refs[j], finished(futures.pop(0))
-        start = len(refs) - len(futures)
-        for k, fut in enumerate(futures):
-            yield refs[start + k], finished(fut)
+    with Pool(num_threads) as pool:
+        pending: deque = deque()  # (ref, job), oldest first
+        for ref in refs:
+            pending.append((ref, pool.submit(read, ref)))
+            if len(pending) >= 2 * num_threads:
+                first, job = pending.popleft()
+                yield first, job.result()
+        for ref, job in pending:
+            yield ref, job.result()
 
 
 def only_zeros_between(

@@ -23,9 +23,8 @@ import contextlib
 import signal
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Future
 
-__all__ = ["critical", "finished", "guarded"]
+__all__ = ["critical", "guarded"]
 
 
 _SIGNALS = tuple(
@@ -70,26 +69,6 @@ def _handler(signum: int, frame) -> None:
         return
     state.terminated = signum  # raised again once the files are cleaned up
     raise Terminated(signum)
-
-
-def finished(future: Future):
-    """``future.result()``, waited for in a way a signal's exception cannot break.
-
-    ``Future.result()`` waits on a ``threading.Condition``, whose ``wait`` is
-    not safe against an exception raised by a signal handler in the middle of
-    it: a Ctrl-C there ends in ``RuntimeError: cannot release un-acquired
-    lock`` instead of the ``KeyboardInterrupt``. Here the main thread waits on
-    a plain lock the future releases when it is done, which an interrupt
-    leaves as it was; the result is then read without waiting.
-
-    Raises:
-        BaseException: what the future raised, or the signal's exception.
-    """
-    done = threading.Lock()
-    done.acquire()
-    future.add_done_callback(lambda _: done.release())
-    done.acquire()
-    return future.result()
 
 
 def _in_main_thread() -> bool:

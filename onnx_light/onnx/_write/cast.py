@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -26,7 +25,7 @@ from .._plan.cast import BFLOAT16, DOUBLE, FLOAT, FLOAT16, ITEMSIZE, Conversion
 from .._plan.planner import Item
 from .._read.sources import SourceFiles
 from .._system.files import read_upto
-from .._system.signals import finished
+from .._system.pool import Pool
 from .clip import clip_to_float16
 from .copy import pwrite_all
 
@@ -148,12 +147,9 @@ def write_casts(
         for piece in pieces:
             run(piece)
         return
-    pool = ThreadPoolExecutor(threads)
-    try:
-        for future in [pool.submit(run, piece) for piece in pieces]:
-            finished(future)
-    finally:
-        pool.shutdown(cancel_futures=True)  # after a failure, the chunks not started
+    with Pool(threads) as pool:  # after a failure, the chunks not started are skipped
+        for job in [pool.submit(run, piece) for piece in pieces]:
+            job.result()
 
 
 def _pieces(jobs: list[tuple[int, Item, int]]):

@@ -12,16 +12,15 @@ written in chunks (``_write/cast.py``).
 from __future__ import annotations
 
 import os
-import threading
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from .._errors import shown
 from .._plan.layout import Layout
 from .._plan.planner import Item
 from .._read.sources import SourceFiles
 from .._system.files import preallocate
-from .._system.signals import finished
+from .._system.pool import Pool
 from .cast import write_casts
 from .copy import CopyEngine, pwrite_all
 from .fs import CopyPolicy, copy_policy
@@ -55,32 +54,18 @@ def _write_memory(fd: int, jobs: list[tuple[Item, int]], threads: int, done) -> 
         for item, offset in jobs:
             done(_write_raw(fd, item, offset))
         return
-    cond = threading.Condition()
-    state = {"inflight": 0}
-
-    def job(item: Item, offset: int) -> int:
-        try:
-            return _write_raw(fd, item, offset)
-        finally:
-            with cond:
-                state["inflight"] -= item.size
-                cond.notify_all()
-
-    with ThreadPoolExecutor(threads) as ex:
-        futures = []
+    with Pool(threads) as pool:
+        pending: deque = deque()  # (job, its bytes), oldest first
+        inflight = 0
         for item, offset in jobs:
-            with cond:
-                cond.wait_for(
-                    lambda s=item.size: (
-                        state["inflight"] == 0 or state["inflight"] + s <= IN_FLIGHT_BYTES
-                    )
-                )
-                state["inflight"] += item.size
-            futures.append(ex.submit(job, item, offset))
-            while futures and futures[0].done():
-                done(finished(futures.pop(0)))
-        for fut in futures:
-            done(finished(fut))
+            while pending and inflight + item.size > IN_FLIGHT_BYTES:
+                job, size = pending.popleft()
+                done(job.result())
+                inflight -= size
+            pending.append((pool.submit(_write_raw, fd, item, offset), item.size))
+            inflight += item.size
+        for job, _ in pending:
+            done(job.result())
 
 
 def _preallocate(fd: int, total: int, all_runs: list[Run], memory, policy: CopyPolicy) -> None:
