@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     headings = {None: f"{_fs_name(workdir)} (the work dir, {workdir})"}
     try:
         with contextlib.ExitStack() as stack:
-            held = args.held = stack.enter_context(hold_free_pages())
+            held = args.held = stack.enter_context(hold_free_pages(back=not args.smoke))
             if held:
                 held += (
                     " Before each measurement, twice the model's size of memory is touched "

@@ -44,7 +44,9 @@ from .timeline import RssTimeline, Sample
 
 MiB = 2**20
 PAGE_REPORTING = "/sys/module/page_reporting/parameters/min_free_ms"
+PAGE_REPORTING_ORDER = "/sys/module/page_reporting/parameters/page_reporting_order"
 HOLD_FREE_MS = 120_000  # the largest delay this kernel took was between 120 and 600 s
+HOLD_ORDER = 10  # the buddy allocator's largest block (4 MiB with 4 KiB pages)
 ROUNDS_ENV = "ONNX_LIGHT_GALLERY_ROUNDS"  # the gallery report's rounds, while it is measured
 
 
@@ -105,36 +107,69 @@ def prime(nbytes: int) -> None:
         m.close()
 
 
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _write(path: str, value: str) -> bool:
+    try:
+        with open(path, "w") as f:
+            f.write(value)
+    except OSError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
-def hold_free_pages() -> Iterator[str | None]:
+def hold_free_pages(back: bool = False) -> Iterator[str | None]:
     """Keep freed memory in the guest while measuring, where a VM reports it to its host.
 
-    Some virtual machines hand every freed block back to the host at once
-    (``page_reporting`` with ``min_free_ms=0``); the next process touching
-    such memory faults at the host's level, and a copy into the page cache
-    then runs 2 to 10 times slower, at random. As root, the delay before a
-    free block is reported is raised for the measure and put back after.
+    Some virtual machines hand freed blocks back to their host at once
+    (``page_reporting`` with ``min_free_ms=0``, and blocks as small as 128 KiB:
+    ``page_reporting_order=5``); the next process touching such memory faults
+    at the host's level, and a copy into the page cache then runs 2 to 20
+    times slower, at random (measured here: a first touch of 3 GiB took 22 s,
+    the next 2.5 s). As root, the delay before a free block is reported is
+    raised and only the largest blocks are reported (order 10, 4 MiB: with
+    the delay, none were in a 3 GiB touch-and-free loop) for the measure;
+    both are put back after.
+
+    Args:
+        back: also touch all free memory once (1 GiB left), so no operation
+            of the measure is the first to fault a page in from the host.
+            It takes 1 to 7 s per GiB; a long suite (``make bench``) asks for
+            it, a short A/B does not.
 
     Yields:
         A sentence saying what was changed, or None when nothing was (not
         root, or no free-page reporting on this machine).
     """
-    try:
-        with open(PAGE_REPORTING) as f:
-            before = f.read().strip()
-        with open(PAGE_REPORTING, "w") as f:
-            f.write(str(HOLD_FREE_MS))
-    except OSError:
+    delay, order = _read(PAGE_REPORTING), _read(PAGE_REPORTING_ORDER)
+    if delay is None or not _write(PAGE_REPORTING, str(HOLD_FREE_MS)):
         yield None
         return
+    held_order = order is not None and _write(PAGE_REPORTING_ORDER, str(HOLD_ORDER))
     try:
-        yield (
-            f"Free-page reporting to the host delayed from {before} ms to {HOLD_FREE_MS} ms "
-            "during the run (restored after), so freed memory stays backed."
-        )
+        said = f"Free-page reporting to the host delayed from {delay} ms to {HOLD_FREE_MS} ms"
+        if held_order:
+            said += f", and its smallest reported block raised from order {order} to {HOLD_ORDER}"
+        said += " during the run (restored after), so freed memory stays backed."
+        if back:
+            free = _free()
+            prime(free)
+            said += (
+                f" All free memory ({free / 1024**3:.1f} GiB less 1 GiB) was touched once first, "
+                "so no measured operation is the first to fault it in from the host."
+            )
+        yield said
     finally:
-        with open(PAGE_REPORTING, "w") as f:
-            f.write(before)
+        if held_order:
+            _write(PAGE_REPORTING_ORDER, order)
+        _write(PAGE_REPORTING, delay)
 
 
 @dataclass(frozen=True)
