@@ -124,3 +124,62 @@ def test_what_a_case_returns_is_kept_when_json_can_carry_it():
     )
     assert rounds.values("numbers") == [{"create_s": 0.5, "anon": [1, 2]}] * 2
     assert rounds.values("object") == [None, None]
+
+
+def _reporting(tmp_path, monkeypatch, delay="0", order="5", buddyinfo=None):
+    """Free-page reporting's settings as files under ``tmp_path`` (no root, no VM)."""
+    from onnx_light.bench import rounds as mod
+
+    paths = {}
+    for name, value in (("min_free_ms", delay), ("page_reporting_order", order)):
+        paths[name] = tmp_path / name
+        paths[name].write_text(value + "\n")
+    monkeypatch.setattr(mod, "PAGE_REPORTING", str(paths["min_free_ms"]))
+    monkeypatch.setattr(mod, "PAGE_REPORTING_ORDER", str(paths["page_reporting_order"]))
+    if buddyinfo is not None:
+        info = tmp_path / "buddyinfo"
+        info.write_text(buddyinfo)
+        monkeypatch.setattr(mod, "BUDDYINFO", str(info))
+    return paths
+
+
+def test_free_page_reporting_is_held_above_the_largest_block_then_restored(tmp_path, monkeypatch):
+    from onnx_light.bench import hold_free_pages
+
+    counts = " ".join(["3"] * 11)  # orders 0 to 10: 4 KiB pages
+    paths = _reporting(tmp_path, monkeypatch, buddyinfo=f"Node 0, zone   Normal {counts}\n")
+    with hold_free_pages() as said:
+        assert paths["min_free_ms"].read_text() == "300000"
+        assert paths["page_reporting_order"].read_text() == "11"  # no block is that large
+        assert "from order 5 to 11" in said and "from 0 ms to 300000 ms" in said
+    assert paths["min_free_ms"].read_text() == "0"
+    assert paths["page_reporting_order"].read_text() == "5"
+
+
+def test_the_held_order_follows_the_allocators_orders(tmp_path, monkeypatch):
+    from onnx_light.bench.rounds import hold_order
+
+    counts = " ".join(["1"] * 14)  # orders 0 to 13 (64 KiB pages on arm64)
+    _reporting(tmp_path, monkeypatch, buddyinfo=f"Node 0, zone   Normal {counts}\n")
+    assert hold_order() == 14
+    _reporting(tmp_path, monkeypatch, buddyinfo="")
+    assert hold_order() == 11
+
+
+def test_free_page_reporting_is_restored_after_an_interrupt(tmp_path, monkeypatch):
+    from onnx_light.bench import hold_free_pages
+
+    paths = _reporting(tmp_path, monkeypatch, delay="7", order="9")
+    with pytest.raises(KeyboardInterrupt), hold_free_pages():
+        raise KeyboardInterrupt
+    assert paths["min_free_ms"].read_text() == "7"
+    assert paths["page_reporting_order"].read_text() == "9"
+
+
+def test_nothing_is_held_where_there_is_no_free_page_reporting(tmp_path, monkeypatch):
+    from onnx_light.bench import hold_free_pages
+    from onnx_light.bench import rounds as mod
+
+    monkeypatch.setattr(mod, "PAGE_REPORTING", str(tmp_path / "missing"))
+    with hold_free_pages() as said:
+        assert said is None

@@ -45,8 +45,8 @@ from .timeline import RssTimeline, Sample
 MiB = 2**20
 PAGE_REPORTING = "/sys/module/page_reporting/parameters/min_free_ms"
 PAGE_REPORTING_ORDER = "/sys/module/page_reporting/parameters/page_reporting_order"
-HOLD_FREE_MS = 120_000  # the largest delay this kernel took was between 120 and 600 s
-HOLD_ORDER = 10  # the buddy allocator's largest block (4 MiB with 4 KiB pages)
+BUDDYINFO = "/proc/buddyinfo"
+HOLD_FREE_MS = 300_000  # the largest delay this kernel takes (600 s is refused)
 ROUNDS_ENV = "ONNX_LIGHT_GALLERY_ROUNDS"  # the gallery report's rounds, while it is measured
 
 
@@ -107,6 +107,23 @@ def prime(nbytes: int) -> None:
         m.close()
 
 
+def hold_order() -> int:
+    """One above the buddy allocator's largest block order (11 with 4 KiB pages).
+
+    No free block is that large, so none is reported: holding the order at the
+    largest block (10) still let every block free for longer than the delay
+    be reported (measured here: over 20 GiB during a 12-minute run). The orders are
+    the columns of ``/proc/buddyinfo``; 11 when it cannot be read.
+    """
+    try:
+        with open(BUDDYINFO) as f:
+            fields = f.readline().split()
+    except OSError:
+        fields = []
+    orders = len(fields) - 4  # "Node 0, zone DMA" then one count per order
+    return orders if orders > 0 else 11
+
+
 def _read(path: str) -> str | None:
     try:
         with open(path) as f:
@@ -133,10 +150,12 @@ def hold_free_pages(back: bool = False) -> Iterator[str | None]:
     ``page_reporting_order=5``); the next process touching such memory faults
     at the host's level, and a copy into the page cache then runs 2 to 20
     times slower, at random (measured here: a first touch of 3 GiB took 22 s,
-    the next 2.5 s). As root, the delay before a free block is reported is
-    raised and only the largest blocks are reported (order 10, 4 MiB: with
-    the delay, none were in a 3 GiB touch-and-free loop) for the measure;
-    both are put back after.
+    the next 2.5 s). As root, for the measure, the delay before a free block
+    is reported is raised to its largest (5 minutes) and the smallest
+    reported block above the largest the allocator makes (:func:`hold_order`),
+    so no block is reported at all: holding only the delay, or the order at
+    the largest block (4 MiB), still let every block free for longer than the
+    delay be reported. Both are put back after.
 
     Args:
         back: also touch all free memory once (1 GiB left), so no operation
@@ -152,11 +171,15 @@ def hold_free_pages(back: bool = False) -> Iterator[str | None]:
     if delay is None or not _write(PAGE_REPORTING, str(HOLD_FREE_MS)):
         yield None
         return
-    held_order = order is not None and _write(PAGE_REPORTING_ORDER, str(HOLD_ORDER))
+    raised = hold_order()
+    held_order = order is not None and _write(PAGE_REPORTING_ORDER, str(raised))
     try:
         said = f"Free-page reporting to the host delayed from {delay} ms to {HOLD_FREE_MS} ms"
         if held_order:
-            said += f", and its smallest reported block raised from order {order} to {HOLD_ORDER}"
+            said += (
+                f", and its smallest reported block raised from order {order} to {raised}, "
+                "above the largest the allocator makes,"
+            )
         said += " during the run (restored after), so freed memory stays backed."
         if back:
             free = _free()
