@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 import cgroup  # noqa: E402
 from text import spread  # noqa: E402
 
-from onnx_light.bench.rounds import hold_free_pages, prime  # noqa: E402
+from onnx_light.bench import hold_free_pages, prime  # noqa: E402
 
 GiB = 1024**3
 # the drop_behind of each case, as the align child evaluates it

@@ -237,20 +237,10 @@ def _run_child(op: str, setting: str, workdir: str, size: str) -> dict | None:
 
 @contextlib.contextmanager
 def _held():
-    """Free-page reporting held as the suite holds it, unless it is held already (by
-    another measurement on this machine: then it is left alone, not restored under it)."""
+    """Free-page reporting held as the suite holds it (left alone where another
+    measurement on this machine holds it: :func:`onnx_light.bench.hold_free_pages`)."""
     from onnx_light.bench import hold_free_pages
-    from onnx_light.bench.rounds import HOLD_FREE_MS, PAGE_REPORTING
 
-    try:
-        with open(PAGE_REPORTING) as f:
-            now = f.read().strip()
-    except OSError:
-        yield None
-        return
-    if now == str(HOLD_FREE_MS):
-        yield f"Free-page reporting to the host already delayed to {now} ms during the run."
-        return
     with hold_free_pages() as held:
         yield held
 

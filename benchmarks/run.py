@@ -37,9 +37,8 @@ import report
 import sources
 from suite import FLUSHED, GROUPS, OPT_IN, ROWS, TIMELINE, condition, fs_plan, plan
 
-from onnx_light.bench import OthersCpu
+from onnx_light.bench import OthersCpu, hold_free_pages, prime, warm
 from onnx_light.bench.filesystems import loop_mount, unavailable
-from onnx_light.bench.rounds import hold_free_pages, prime, warm
 from onnx_light.onnx._write.fs import copy_policy
 
 HERE = os.path.dirname(os.path.abspath(__file__))

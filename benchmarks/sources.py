@@ -400,7 +400,7 @@ def cool(root: str, keep: str) -> None:
     """Drop from the page cache every source of ``root`` but those of size ``keep``.
 
     The cache then holds what the next measurement reads, and the rest of the
-    memory is free (see :func:`onnx_light.bench.rounds.prime`), without root (``posix_fadvise``).
+    memory is free (see :func:`onnx_light.bench.prime`), without root (``posix_fadvise``).
     """
     for size in SIZES:
         if size != keep:

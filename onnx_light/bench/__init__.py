@@ -47,6 +47,7 @@ from .figures import (
     tool_colors,
 )
 from .folders import empty_folder, file_digests, mib_on_disk
+from .free_pages import hold_free_pages, prime
 from .machine import describe_machine
 from .memory import PeakMemory, measure_peak, release_free_memory
 from .models import (
@@ -58,7 +59,7 @@ from .models import (
 )
 from .others import OthersCpu
 from .places import tensor_places
-from .rounds import Rounds, Run, default_rounds, hold_free_pages, measure_rounds, prime, warm
+from .rounds import Rounds, Run, default_rounds, measure_rounds, warm
 from .sizes import quick_run, sized
 from .status import read_status
 from .timeline import RssTimeline, Sample

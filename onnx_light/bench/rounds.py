@@ -28,25 +28,21 @@ from __future__ import annotations
 
 import contextlib
 import json
-import mmap
 import os
 import random
 import statistics
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .compare import MIN_ROUNDS, Comparison, compare
+from .free_pages import hold_free_pages, prime
 from .memory import PeakMemory
 from .sizes import quick_run
 from .timeline import RssTimeline, Sample
 
 MiB = 2**20
-PAGE_REPORTING = "/sys/module/page_reporting/parameters/min_free_ms"
-PAGE_REPORTING_ORDER = "/sys/module/page_reporting/parameters/page_reporting_order"
-BUDDYINFO = "/proc/buddyinfo"
-HOLD_FREE_MS = 300_000  # the largest delay this kernel takes (600 s is refused)
 ROUNDS_ENV = "ONNX_LIGHT_GALLERY_ROUNDS"  # the gallery report's rounds, while it is measured
 
 
@@ -73,126 +69,6 @@ def warm(paths: Iterable[str], chunk: int = 8 * MiB) -> int:
             while n := f.readinto(buf):
                 total += n
     return total
-
-
-def _free() -> int:
-    """Memory nobody uses, not even the page cache (``MemFree``), in bytes."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemFree:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def prime(nbytes: int) -> None:
-    """Touch ``nbytes`` of fresh memory, then free it.
-
-    A VM that reports free memory to its host keeps the reported pages at the
-    end of the free lists: memory freed just now is what the next process
-    gets, and it is backed, where memory free for long may not be. Only free
-    memory is touched (1 GiB is left): evicting warm sources from the page
-    cache would make the next operation read them from disk.
-    """
-    nbytes = min(nbytes, max(0, _free() - 1024**3))
-    if nbytes <= 0:
-        return
-    m = mmap.mmap(-1, nbytes)
-    try:
-        for off in range(0, nbytes, mmap.PAGESIZE):
-            m[off] = 1
-    finally:
-        m.close()
-
-
-def hold_order() -> int:
-    """One above the buddy allocator's largest block order (11 with 4 KiB pages).
-
-    No free block is that large, so none is reported: holding the order at the
-    largest block (10) still let every block free for longer than the delay
-    be reported (measured here: over 20 GiB during a 12-minute run). The orders are
-    the columns of ``/proc/buddyinfo``; 11 when it cannot be read.
-    """
-    try:
-        with open(BUDDYINFO) as f:
-            fields = f.readline().split()
-    except OSError:
-        fields = []
-    orders = len(fields) - 4  # "Node 0, zone DMA" then one count per order
-    return orders if orders > 0 else 11
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def _write(path: str, value: str) -> bool:
-    try:
-        with open(path, "w") as f:
-            f.write(value)
-    except OSError:
-        return False
-    return True
-
-
-@contextlib.contextmanager
-def hold_free_pages(back: bool = False) -> Iterator[str | None]:
-    """Keep freed memory in the guest while measuring, where a VM reports it to its host.
-
-    Some virtual machines hand freed blocks back to their host at once
-    (``page_reporting`` with ``min_free_ms=0``, and blocks as small as 128 KiB:
-    ``page_reporting_order=5``); the next process touching such memory faults
-    at the host's level, and a copy into the page cache then runs 2 to 20
-    times slower, at random (measured here: a first touch of 3 GiB took 22 s,
-    the next 2.5 s). As root, for the measure, the delay before a free block
-    is reported is raised to its largest (5 minutes) and the smallest
-    reported block above the largest the allocator makes (:func:`hold_order`),
-    so no block is reported at all: holding only the delay, or the order at
-    the largest block (4 MiB), still let every block free for longer than the
-    delay be reported. Both are put back after.
-
-    Args:
-        back: also touch all free memory once (1 GiB left), so no operation
-            of the measure is the first to fault a page in from the host.
-            It takes 1 to 7 s per GiB; a long suite (``make bench``) asks for
-            it, a short A/B does not.
-
-    Yields:
-        A sentence saying what was changed, or None when nothing was (not
-        root, or no free-page reporting on this machine).
-    """
-    delay, order = _read(PAGE_REPORTING), _read(PAGE_REPORTING_ORDER)
-    if delay is None or not _write(PAGE_REPORTING, str(HOLD_FREE_MS)):
-        yield None
-        return
-    raised = hold_order()
-    held_order = order is not None and _write(PAGE_REPORTING_ORDER, str(raised))
-    try:
-        said = f"Free-page reporting to the host delayed from {delay} ms to {HOLD_FREE_MS} ms"
-        if held_order:
-            said += (
-                f", and its smallest reported block raised from order {order} to {raised}, "
-                "above the largest the allocator makes,"
-            )
-        said += " during the run (restored after), so freed memory stays backed."
-        if back:
-            free = _free()
-            prime(free)
-            said += (
-                f" All free memory ({free / 1024**3:.1f} GiB less 1 GiB) was touched once first, "
-                "so no measured operation is the first to fault it in from the host."
-            )
-        yield said
-    finally:
-        if held_order:
-            _write(PAGE_REPORTING_ORDER, order)
-        _write(PAGE_REPORTING, delay)
 
 
 @dataclass(frozen=True)
