@@ -39,7 +39,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from text import spread  # noqa: E402
+from text import ratio_line, spread  # noqa: E402
 
 COPY = "copyfile"
 _CHILD = """
@@ -93,16 +93,6 @@ def _measure(tree: str, src: str, tiny: str, out: str) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def _ratio_line(source: str, a: list[float], b: list[float], name_a: str, name_b: str) -> str:
-    from onnx_light.bench import compare
-
-    ratios = [x / y for x, y in zip(a, b, strict=True)]
-    c = compare(name_a, a, name_b, b, "s")
-    faster = name_a if c.ratio < 1 else name_b
-    verdict = f"{faster} faster, beyond the spread" if c.separated else "within the spread"
-    return f"| {source} | {name_a} vs {name_b} | {spread(ratios)} | {verdict} |"
-
-
 def _report(results: dict, names: dict, sizes: list[str], rounds: int, header: list[str]) -> str:
     lines = [*header]
     for size in sizes:
@@ -126,7 +116,7 @@ def _report(results: dict, names: dict, sizes: list[str], rounds: int, header: l
         ]
         for a, b in ((head, base), (head, COPY), (base, COPY)):
             lines.append(
-                _ratio_line(f"two-{size}", res[a]["seconds"], res[b]["seconds"], names[a], names[b])
+                ratio_line(f"two-{size}", res[a]["seconds"], res[b]["seconds"], names[a], names[b])
             )
     return "\n".join(lines) + "\n"
 

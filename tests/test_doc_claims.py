@@ -17,14 +17,17 @@ cells of the gallery scripts (their docstring and the comments that follow a
 - **numbers of the report come from the build**: a paragraph that cites the
   benchmark report (``make bench``, the benchmarks page, a ``:bench:`` role)
   states no literal figure the committed reports of that page also hold
-  (``benchmarks/results/latest.csv``, ``cold.csv``, ``dedup.csv``): the
+  (``benchmarks/results/latest.csv``, ``cold.csv``, ``dedup.csv``, and the
+  earlier runs it quotes: ``latest_order10.csv``, ``reporting_order10.csv``,
+  ``reporting_order11.csv``): the
   report's figure rounded as the prose writes it, or an integer off by one
   (485 MiB for 484.0). Sizes (a power of two, or three times one: 96 MiB,
   4 GiB) and the reports' targets are parameters, not measurements. Such a
   number is quoted with ``:bench:``;
 - **numbers of the proof reports come from the build**: a text that names a
   proof script or its report (``ort_alignment``, ``convert_proof``,
-  ``threads_proof``, ``dedup_proof``, ``edit_proof``, ``peer_settings``:
+  ``threads_proof``, ``dedup_proof``, ``edit_proof``, ``peer_settings``,
+  ``load_ab``:
   ``benchmarks/results/NAME.md``) states none of that report's figures (its
   tables' cells, with their column's unit, and its prose). Such a number is quoted with
   ``:report:`` (``_doc/conf.py``).
@@ -54,6 +57,7 @@ from onnx_light.cli import build_parser
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 REPORTS = ("latest", "cold", "dedup")  # the reports the benchmarks page shows
+REPORTS += ("latest_order10", "reporting_order10", "reporting_order11")  # and those it quotes
 
 # -- the published texts ---------------------------------------------------------
 
@@ -313,7 +317,7 @@ def test_no_literal_figure_of_the_report_in_prose():
 # The reports that the how-tos include (``markdown-report``) or name (the script
 # that writes them): their figures are the report's, quoted from it, never typed.
 PROOF_REPORTS = ("ort_alignment", "convert_proof", "threads_proof", "dedup_proof")
-PROOF_REPORTS += ("edit_proof", "peer_settings")
+PROOF_REPORTS += ("edit_proof", "peer_settings", "load_ab")
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 _UNITS = {"s": "s", "MiB": "MiB", "GiB": "MiB", "KiB": "MiB", "MB": "MB", "GB": "MB"}
 _UNITS |= {"x": "x", "times": "x"}
