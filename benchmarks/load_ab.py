@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import sources  # noqa: E402
-from text import ratio_line, spread  # noqa: E402
+from text import ratio_line  # noqa: E402
 
 MiB = 2**20
 LOADS = {"light": "onnxl.load(num_threads=2)", "onnx": "onnx.load"}
@@ -89,6 +89,11 @@ def _measure(which: str, path: str, tiny: str) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+def _seconds(values: list[float]) -> str:
+    """``min (median, max)`` in seconds, to the tenth of a millisecond."""
+    return f"{min(values):.4f} ({statistics.median(values):.4f}, {max(values):.4f})"
+
+
 def _report(results: dict, sizes: list[str], header: list[str]) -> str:
     lines = [*header]
     for size in sizes:
@@ -97,7 +102,7 @@ def _report(results: dict, sizes: list[str], header: list[str]) -> str:
             "",
             f"## two-{size}",
             "",
-            "| source | load | time, ms: min (median, max) | user CPU, ms | system CPU, ms "
+            "| source | load | time: min (median, max), s | user CPU, s | system CPU, s "
             "| minor faults | read, MiB | read calls |",
             "|---|---|---|---|---|---|---|---|",
         ]
@@ -105,8 +110,8 @@ def _report(results: dict, sizes: list[str], header: list[str]) -> str:
             r = res[key]
             med = {k: statistics.median(r[k]) for k in FIGURES}
             lines.append(
-                f"| two-{size} | {name} | {spread([s * 1000 for s in r['seconds']])} "
-                f"| {med['user'] * 1000:.0f} | {med['sys'] * 1000:.0f} | {med['minflt']:.0f} "
+                f"| two-{size} | {name} | {_seconds(r['seconds'])} "
+                f"| {med['user']:.3f} | {med['sys']:.3f} | {med['minflt']:.0f} "
                 f"| {med['rchar'] / MiB:.1f} | {med['syscr']:.0f} |"
             )
         seconds = (res["light"]["seconds"], res["onnx"]["seconds"])
