@@ -135,10 +135,11 @@ def _restore(delay: str, order: str | None) -> None:
 def hold_free_pages(back: bool = False) -> Iterator[str | None]:
     """Keep freed memory in the guest while measuring, where a VM reports it to its host.
 
-    As root, for the measure, the smallest reported block is raised above the
-    largest the allocator makes (``onnx_light.bench.free_pages.hold_order``), so no block is reported
-    at all, and the delay before a free block is reported is raised to 300 s
-    (600 s is refused here): holding only the delay, or the order at the
+    As root, for the measure, the smallest reported block is raised above
+    the largest the allocator makes (``onnx_light.bench.free_pages.hold_order``),
+    so no block is reported at all, and the delay before a free block is
+    reported is raised to 300 s (600 s is refused here): holding only the
+    delay, or the order at the
     largest block (4 MiB), still let every block free for longer than the
     delay be reported. Where the kernel refuses the order, the largest block
     is held instead, and the sentence says so. Both are put back after.
