@@ -139,9 +139,8 @@ def hold_free_pages(back: bool = False) -> Iterator[str | None]:
     the largest the allocator makes (``onnx_light.bench.free_pages.hold_order``),
     so no block is reported at all, and the delay before a free block is
     reported is raised to 300 s (600 s is refused here): holding only the
-    delay, or the order at the
-    largest block (4 MiB), still let every block free for longer than the
-    delay be reported. Where the kernel refuses the order, the largest block
+    delay, or the order at the largest block (4 MiB), still let every block
+    free for longer than the delay be reported. Where the kernel refuses the order, the largest block
     is held instead, and the sentence says so. Both are put back after.
 
     The settings to put back are recorded first in ``/run`` with this
