@@ -39,7 +39,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from text import ratio_line, spread  # noqa: E402
+from text import measured_commit, ratio_line, short_commit, spread, write_report  # noqa: E402
 
 COPY = "copyfile"
 _CHILD = """
@@ -76,12 +76,6 @@ def _base_tree(commit: str, folder: str) -> str:
     ).stdout
     subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
     return folder
-
-
-def _short(commit: str) -> str:
-    return subprocess.run(
-        ["git", "rev-parse", "--short", commit], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
 
 
 def _measure(tree: str, src: str, tiny: str, out: str) -> dict:
@@ -137,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.exists(os.path.join(args.workdir, f"two-{size}", "model.onnx")):
             print(f"no two-{size} source in {args.workdir}: run make bench first", file=sys.stderr)
             return 2
-    head = _short("HEAD") + ("+" if _dirty() else "")
-    base = _short(args.base)
+    head = measured_commit()
+    base = short_commit(args.base)
     names = {"head": "this tree", "base": "the base", COPY: "shutil.copyfile"}
     out = tempfile.mkdtemp(prefix="commit-ab-", dir=args.workdir)
     base_tree = tempfile.mkdtemp(prefix="commit-ab-base-")
@@ -184,20 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     if held:
         header += ["", held]
     text = _report(results, names, sizes, args.rounds, header)
-    print(text)
-    with open(args.output, "w", encoding="utf-8") as f:
-        f.write(text)
+    write_report(args.output, text)
     return 0
-
-
-def _dirty() -> bool:
-    done = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no", "onnx_light"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    return bool(done.stdout.strip())
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import sources  # noqa: E402
-from text import ratio_line  # noqa: E402
+from text import measured_commit, ratio_line, write_report  # noqa: E402
 
 MiB = 2**20
 LOADS = {"light": "onnxl.load(num_threads=2)", "onnx": "onnx.load"}
@@ -124,16 +124,6 @@ def _report(results: dict, sizes: list[str], header: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _head() -> str:
-    """The commit measured, ``+`` when ``onnx_light`` has changes not committed."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout
-
-    dirty = git("status", "--porcelain", "--untracked-files=no", "onnx_light").strip()
-    return git("rev-parse", "--short", "HEAD").strip() + ("+" if dirty else "")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=15)
@@ -175,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     header = [
         "# The two-file load beside onnx.load",
         "",
-        f"machine: {describe_machine()} ({_head()}), {when}",
+        f"machine: {describe_machine()} ({measured_commit()}), {when}",
         "",
         f"command: `.venv/bin/python {command.strip()}` "
         f"({(time.perf_counter() - began) / 60:.1f} min)",
@@ -188,9 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     if held:
         header += ["", held]
     text = _report(results, sizes, header)
-    print(text)
-    with open(args.output, "w", encoding="utf-8") as f:
-        f.write(text)
+    write_report(args.output, text)
     return 0
 
 

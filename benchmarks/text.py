@@ -1,10 +1,15 @@
-"""Figures as the proof reports print them (no dependency: the proof venvs import it)."""
+"""Figures, commits and files as the proof reports print them (no dependency: the proof venvs
+import it)."""
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
 
-__all__ = ["ratio_line", "spread"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+__all__ = ["measured_commit", "ratio_line", "short_commit", "spread", "write_report"]
 
 
 def spread(values) -> str:
@@ -27,3 +32,29 @@ def ratio_line(source: str, a: list[float], b: list[float], name_a: str, name_b:
     faster = name_a if c.ratio < 1 else name_b
     verdict = f"{faster} faster, beyond the spread" if c.separated else "within the spread"
     return f"| {source} | {name_a} vs {name_b} | {spread(ratios)} | {verdict} |"
+
+
+def short_commit(commit: str = "HEAD") -> str:
+    """``commit``'s short hash in this repository."""
+    return subprocess.run(
+        ["git", "rev-parse", "--short", commit], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def measured_commit() -> str:
+    """The commit a report measures: HEAD's short hash, ``+`` when ``onnx_light`` has
+    changes not committed."""
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no", "onnx_light"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return short_commit() + ("+" if dirty else "")
+
+
+def write_report(path: str, text: str) -> None:
+    """Print a proof report and write it to ``path``."""
+    print(text)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)

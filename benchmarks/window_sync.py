@@ -47,7 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import cgroup  # noqa: E402
 import sources  # noqa: E402
-from text import spread  # noqa: E402
+from text import spread, write_report  # noqa: E402
 
 RUNS = ("cp", "default", "source", "keep")
 NAMES = {
@@ -212,9 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if held:
         header += ["", held]
     text = _report(results, header)
-    print(text)
-    with open(args.output, "w", encoding="utf-8") as f:
-        f.write(text)
+    write_report(args.output, text)
     return 0
 
 

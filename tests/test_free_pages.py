@@ -138,3 +138,13 @@ def test_nothing_is_held_where_the_state_cannot_be_recorded(kernel, monkeypatch,
     with hold_free_pages() as said:
         assert said is None
         assert _settings(kernel) == ("0", "5")
+
+
+def test_a_recorded_holder_whose_settings_are_gone_is_stale(kernel):
+    # its pid is alive (reused by another process), but nothing is held any more
+    kernel["state"].write_text(json.dumps({"pid": os.getpid(), "delay": "0", "order": "5"}))
+    with hold_free_pages() as said:
+        assert _settings(kernel) == ("300000", "11")
+        assert "already held" not in said
+    assert _settings(kernel) == ("0", "5")
+    assert not kernel["state"].exists()

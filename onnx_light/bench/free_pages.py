@@ -122,6 +122,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _looks_held(delay: str, order: str | None) -> bool:
+    """The settings are those a hold writes: a recorded holder whose pid is alive but
+    whose settings are gone is stale (its pid reused by another process)."""
+    held = {str(ms) for ms in HOLD_FREE_MS}
+    return delay in held or (order or "").isdigit() and int(order) >= hold_order() - 1
+
+
 def _restore(delay: str, order: str | None) -> None:
     """Put both settings back; say so on stderr where the kernel refuses one."""
     for path, value in ((PAGE_REPORTING, delay), (PAGE_REPORTING_ORDER, order)):
@@ -163,7 +170,7 @@ def hold_free_pages(back: bool = False) -> Iterator[str | None]:
         yield None
         return
     holder = _holder()
-    if holder is not None and _alive(holder["pid"]):
+    if holder is not None and _alive(holder["pid"]) and _looks_held(delay, order):
         yield (
             f"Free-page reporting to the host already held by process {holder['pid']} "
             f"(delay {delay} ms, order {order}) during the run."
