@@ -6,9 +6,13 @@ weights already on 4096-byte boundaries, and shifted by a small table first
 (what exporters write, and when people re-align).
 """
 
+import ctypes
 import hashlib
 import os
 import pathlib
+import platform
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -178,3 +182,78 @@ def test_weights_file_is_not_truncated_to_its_own_size(folder, monkeypatch):
         onnxl.align_external_data_streaming(src, folder / f"{name}-o.onnx", f"{name}-o.data")
         assert _weights(folder / f"{name}-o.onnx") == expected
     assert not [t for t in truncated if ".data." in os.path.basename(t)]
+
+
+MACOS_SAVE = """
+import ctypes, sys
+sys.platform = "darwin"  # macOS as the package sees it: struct statfs is 2,168 bytes there
+calls = []
+real = ctypes.CDLL
+class Recording(real):
+    def __getattr__(self, name):
+        calls.append(name)
+        return super().__getattr__(name)
+ctypes.CDLL = Recording
+
+import numpy as np, onnx
+from onnx import helper, numpy_helper
+import onnx_light.onnx as onnxl
+
+w = numpy_helper.from_array(np.arange(4096, dtype=np.float32).reshape(64, 64), "W")
+graph = helper.make_graph(
+    [helper.make_node("MatMul", ["X", "W"], ["Y"])], "g",
+    [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [1, 64])],
+    [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [1, 64])], [w])
+onnxl.save(helper.make_model(graph), sys.argv[1], "m.data")
+onnxl.align_external_data_streaming(sys.argv[1], sys.argv[2], "a.data")
+print(" ".join(sorted(set(calls))))
+"""
+
+
+def test_the_filesystem_is_asked_only_where_its_struct_is_known(tmp_path):
+    """``fstatfs`` fills a ``struct statfs`` whose size and layout differ per system
+    (2,168 bytes on macOS, 120 on 64-bit Linux): off Linux it is never called, so
+    no buffer of the wrong size is handed to it, and the files are still written."""
+    out = subprocess.run(
+        [sys.executable, "-c", MACOS_SAVE, str(tmp_path / "m.onnx"), str(tmp_path / "a.onnx")],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "fstatfs" not in out.stdout.split()
+    np.testing.assert_array_equal(
+        numpy_helper.to_array(onnx.load(str(tmp_path / "a.onnx")).graph.initializer[0]),
+        np.arange(4096, dtype=np.float32).reshape(64, 64),
+    )
+
+
+_WORD = ctypes.c_uint if platform.machine() == "s390x" else ctypes.c_long
+_COUNTS = ("f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree")
+
+
+class _LinuxStatfs(ctypes.Structure):
+    """glibc's ``struct statfs`` on this machine's Linux ABI (bits/statfs.h)."""
+
+    _fields_ = [
+        ("f_type", _WORD),
+        ("f_bsize", _WORD),
+        *[(name, ctypes.c_ulong) for name in _COUNTS],
+        ("f_fsid", ctypes.c_int * 2),
+        ("f_namelen", _WORD),
+        ("f_frsize", _WORD),
+        ("f_flags", _WORD),
+        ("f_spare", _WORD * 4),
+    ]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's struct statfs")
+def test_the_statfs_buffer_holds_this_platforms_struct():
+    from onnx_light.onnx._write import fs
+
+    assert ctypes.sizeof(_LinuxStatfs) <= fs._STATFS_SIZE
+    fd = os.open(".", os.O_RDONLY)
+    try:
+        expected = os.statvfs(".").f_bsize
+        assert fs._fstatfs(fd)[1] == expected
+    finally:
+        os.close(fd)

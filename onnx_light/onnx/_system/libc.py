@@ -31,7 +31,7 @@ def libc_function(name: str, argtypes: list, restype=ctypes.c_int):
             func = getattr(ctypes.CDLL(None, use_errno=True), name)
             func.argtypes = argtypes
             func.restype = restype
-        except (OSError, AttributeError):
+        except (OSError, AttributeError, TypeError):  # Windows: CDLL(None) is a TypeError
             func = None
         _cache[name] = func
     return _cache[name]

@@ -26,9 +26,9 @@ shows the numbers):
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
 import struct
+import sys
 from dataclasses import dataclass
 
 from .._system.libc import libc_function
@@ -43,7 +43,12 @@ _KNOWN = {
     0x9123683E: ("btrfs", True, True, False),
     0x01021994: ("tmpfs", True, False, False),
 }
+# struct statfs is Linux's layout only: f_type and f_bsize first, 120 bytes on
+# 64-bit ABIs, 64 or 84 on 32-bit ones. Other systems lay it out otherwise
+# (macOS's is 2,168 bytes, f_type far from the start), and this module asks only
+# Linux.
 _STATFS_SIZE = 256  # larger than struct statfs on every Linux ABI
+_LINUX = sys.platform.startswith("linux")
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,10 @@ UNKNOWN = CopyPolicy()
 
 
 def _fstatfs(fd: int) -> tuple[int, int] | None:
-    """``(f_type, f_bsize)`` of the filesystem holding ``fd``, or None."""
+    """``(f_type, f_bsize)`` of the filesystem holding ``fd``, or None (off Linux,
+    or when the C library has no ``fstatfs``)."""
+    if not _LINUX:
+        return None  # the struct's layout and size are known for Linux alone
     statfs = libc_function("fstatfs", [ctypes.c_int, ctypes.c_char_p])
     if statfs is None:
         return None
@@ -102,7 +110,7 @@ def copy_policy(fd: int) -> CopyPolicy:
     Filesystems that were not measured get :data:`UNKNOWN`: the kernel's
     ``copy_file_range`` first, whole-file preallocation.
     """
-    info = _fstatfs(fd) if os.name == "posix" else None
+    info = _fstatfs(fd)
     if info is None or info[0] not in _KNOWN:
         return UNKNOWN
     name, splice, shares, prealloc = _KNOWN[info[0]]
