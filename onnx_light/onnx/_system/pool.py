@@ -15,16 +15,25 @@ waits on plain locks: C calls, which a signal's exception leaves as they were
 (a lock's ``acquire`` is either done or not). The threads are started with
 :func:`_thread.start_new_thread` (nothing to wait for) and each releases a
 plain lock when it ends. Jobs are run in the order they were submitted.
+
+A worker never depends on the calling thread to end: an interrupt can land
+anywhere in the code that tells it to (``close``, or a clean-up when the pool
+is dropped unclosed), so each worker also ends by itself once its pool is gone
+(it holds only a weak reference to it, and looks when the queue has been
+empty for a moment).
 """
 
 from __future__ import annotations
 
 import _thread
 import queue
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Job", "Pool"]
+
+IDLE = 0.05  # seconds a worker waits on an empty queue before it looks for its pool
 
 
 class Job:
@@ -67,11 +76,24 @@ class Job:
         return self._value
 
 
-def _work(jobs: queue.SimpleQueue, cancelled: list[bool], ended: list) -> None:
-    """A worker: run jobs until the ``None`` that ends it, then say so in ``ended``."""
+def _work(jobs: queue.SimpleQueue, cancelled: list[bool], ended: list, pool: weakref.ref) -> None:
+    """A worker: run jobs until the ``None`` that ends it, then say so in ``ended``.
+
+    A pool dropped without being closed (an interrupt in the code that closes
+    it) cancels the jobs left and ends its workers, with nothing to run in the
+    calling thread.
+    """
     try:
-        while (job := jobs.get()) is not None:
-            job.run(cancelled[0])
+        while True:
+            try:
+                job = jobs.get(timeout=IDLE)
+            except queue.Empty:
+                if pool() is None:
+                    return  # dropped unclosed: nothing can queue a job any more
+                continue
+            if job is None:
+                return
+            job.run(cancelled[0] or pool() is None)  # dropped unclosed: skip the rest
     finally:
         ended[1] = True
         ended[0].release()
@@ -94,7 +116,9 @@ class Pool:
             for _ in range(threads):
                 ended = [_thread.allocate_lock(), False]  # released, and set, when it ends
                 ended[0].acquire()
-                _thread.start_new_thread(_work, (self._jobs, self._cancelled, ended))
+                _thread.start_new_thread(
+                    _work, (self._jobs, self._cancelled, ended, weakref.ref(self))
+                )
                 self._ended.append(ended)  # interrupted before: it ends on its None unseen
         except BaseException:
             self.close(cancel=True)
@@ -129,9 +153,3 @@ class Pool:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close(cancel=exc_type is not None)
-
-    def __del__(self) -> None:  # a pool never closed (an interrupt before its block)
-        if getattr(self, "_threads", 0):
-            self._cancelled[0] = True
-            for _ in range(self._threads):
-                self._jobs.put(None)
