@@ -111,6 +111,65 @@ def test_bad_reference(tmp_path, name, entries, exc, match):
     assert os.listdir(tmp_path / "out") == [], "nothing written"
 
 
+def _negative_dims_model(tmp_path, dims):
+    """A model whose float32 'W' reads 4000 bytes of w.data with ``dims`` (a negative one)."""
+    path = _model_with_ref(tmp_path, [("location", "w.data"), ("offset", "0"), ("length", "4000")])
+    model = onnx.load(str(path), load_external_data=False)
+    model.graph.initializer[0].ClearField("dims")
+    model.graph.initializer[0].dims.extend(dims)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize("dims", [[-1, 1000], [-4, -250]], ids=["one", "two"])
+def test_negative_dims_are_refused(tmp_path, dims):
+    """onnxruntime refuses a tensor with a negative dim, whatever its length ("Out of
+    bounds dimensions"); every operation that checks references refuses it too, naming
+    the tensor and the file, and writes nothing."""
+    path = _negative_dims_model(tmp_path, dims)
+    before = sorted([*os.listdir(tmp_path), "out"])
+    meta = onnxl.load(path, load_external_data=False)
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    operations = [
+        *_all_entry_points(path, tmp_path),
+        lambda: onnxl.deduplicate_external_data([path], [out / "d.onnx"], "d.data"),
+        lambda: onnxl.convert_float_to_float16(path, out / "c.onnx", "c.data"),
+        lambda: onnxl.save_edited(meta, path, out / "e.onnx", "e.data"),
+    ]
+    for op in operations:
+        with pytest.raises(onnxl.ExternalDataError, match="negative dimension") as info:
+            op()
+        assert "'W'" in str(info.value) and "w.data" in str(info.value), str(info.value)
+    assert sorted(os.listdir(tmp_path)) == before
+    assert os.listdir(out) == [], "nothing written"
+
+
+def test_verify_refuses_negative_dims(tmp_path, capsys):
+    """verify does not promise that onnxruntime loads a tensor with a negative dim."""
+    path = _negative_dims_model(tmp_path, [-1, 1000])
+    code, out, err = _cli(capsys, "verify", path)
+    assert code == 1
+    assert "'W'" in out and "w.data" in out and "negative dimension" in out, out
+    assert "every reference valid" not in out
+    assert "1 problem" in err
+
+
+def test_an_inline_tensor_with_negative_dims_does_not_move_out(tmp_path):
+    """Moving it to a weights file would write a reference no loader accepts: refused,
+    naming the tensor and the model file."""
+    t = onnx.TensorProto(name="W", data_type=onnx.TensorProto.FLOAT, dims=[-1, 1000])
+    t.raw_data = bytes(4000)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(helper.make_model(helper.make_graph([], "g", [], [], [t])).SerializeToString())
+    with pytest.raises(onnxl.ExternalDataError, match="negative dimension") as info:
+        _align(path, tmp_path / "a.onnx", "a.data", size_threshold=1024)
+    assert "'W'" in str(info.value) and "m.onnx" in str(info.value)
+    with pytest.raises(onnxl.ExternalDataError, match="negative dimension"):
+        onnxl.save(onnxl.load(path), tmp_path / "s.onnx", "s.data")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
 def test_symlink_out_of_folder(tmp_path):
     (tmp_path / "outside.data").write_bytes(b"\0" * 4000)
     (tmp_path / "model").mkdir()

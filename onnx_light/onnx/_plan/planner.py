@@ -248,8 +248,8 @@ def plan_tensors(
             plan.typed += 1
         elif ref is not None:  # into the weights files, or spliced into the .onnx
             if kind is Kind.OWN and fate is Fate.WEIGHTS:  # inline bytes moving out
+                check_length(site, ref.length, ref.file, ref.cast)  # names the .onnx
                 check_movable(site)
-                check_length(site, ref.length, ref.file, ref.cast)
             elif small:  # an external tensor coming back inline
                 check_length(site, ref.length, ref.file, ref.cast)
             plan.copy(ref, into_weights=fate is Fate.WEIGHTS)

@@ -15,6 +15,8 @@ onnx >= 1.22, and a few more):
 - ``offset`` and ``length`` are plain decimal integers (ASCII digits only, as
   onnxruntime parses them, at most 100 digits), ``offset + length`` fits in
   the file, and ``length`` equals dtype x dims when both are known;
+- no dim is negative (onnxruntime refuses such a tensor, "Out of bounds
+  dimensions", whatever its length);
 - no key is repeated; an EXTERNAL tensor carries no data of its own
   (``raw_data``, ``float_data``, ...); string tensors are never external.
 
@@ -43,6 +45,7 @@ __all__ = [
     "PLACED",
     "Resolver",
     "TensorRef",
+    "check_dims",
     "check_length",
     "check_location",
     "check_movable",
@@ -265,6 +268,25 @@ def _check_external_tensor(site: TensorSite, location: str) -> None:
         )
 
 
+def check_dims(site: TensorSite, file: str | None) -> None:
+    """Refuse a tensor with a negative dim: no reader can size its bytes.
+
+    Args:
+        site: the tensor.
+        file: the file its bytes are in, for the message; None for bytes in memory.
+
+    Raises:
+        ExternalDataError: naming the tensor and the file.
+    """
+    dims = site.tensor.dims[:]  # a list: protobuf's container is slow to walk
+    if dims and min(dims) < 0:
+        where = "" if file is None else f" in {shown(file)}"
+        raise ExternalDataError(
+            f"tensor {site.label}{where}: dims {dims} has a negative dimension: no byte "
+            "length matches it and onnxruntime refuses the tensor; give it its real dims"
+        )
+
+
 def check_length(site: TensorSite, length: int, file: str, cast: Cast | None = None) -> None:
     """Refuse bytes that do not match the tensor's dtype x dims (when both are known).
 
@@ -276,9 +298,12 @@ def check_length(site: TensorSite, length: int, file: str, cast: Cast | None = N
             source dtype x dims.
 
     Raises:
-        ExternalDataError: naming the tensor and the file.
+        ExternalDataError: naming the tensor and the file; a negative dim is
+            refused (:func:`check_dims`) whatever the length.
     """
     expected = tensor_nbytes(site.tensor)
+    if expected is None:  # a string or unknown type, or a negative dim
+        check_dims(site, file)
     if cast is not None and expected is not None:
         expected = cast.conversion.source_length(expected)
     if expected is not None and expected != length:
@@ -294,8 +319,10 @@ def check_movable(site: TensorSite) -> None:
     Raises:
         ExternalDataError: the tensor holds raw_data and a typed field
             (``float_data``...) too: onnx reads raw_data, its checker (and
-            ``verify``) refuse an EXTERNAL tensor that keeps the other.
+            ``verify``) refuse an EXTERNAL tensor that keeps the other; or
+            it has a negative dim (:func:`check_dims`).
     """
+    check_dims(site, None)
     for field in _TYPED_FIELDS:
         if len(getattr(site.tensor, field)):
             raise ExternalDataError(
