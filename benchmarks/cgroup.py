@@ -1,9 +1,15 @@
-"""Cold runs (issue 20): drop the page cache, run a command in a fresh memory cgroup.
+"""Cold runs: the measured files out of the page cache, a command in a fresh memory cgroup.
 
-- :func:`drop_caches`: ``sync``, then ``echo 3 > /proc/sys/vm/drop_caches``
-  (root only; it empties the cache of the whole machine).
+- :func:`unavailable`: why cold runs cannot be made here. A cold run evicts
+  only the files it measures (``onnx_light.bench.evict``: written back, then
+  ``posix_fadvise(POSIX_FADV_DONTNEED)``, no root needed); the page cache of
+  the rest of the machine is left alone.
 - :class:`MemoryCgroup`: a new memory cgroup with a limit that counts the
-  page cache, as the memory of a smaller machine would. On cgroup v2 it is
+  page cache, as the memory of a smaller machine would (root only). It is
+  made for the run and removed after, and limits only the processes put in
+  it; no setting of the machine's cgroups is changed (where the memory
+  controller is not enabled for new cgroups, it is not enabled: the cgroup
+  rows are skipped with the reason). On cgroup v2 it is
   made under the root (``memory.max``); on v1 (``memory.limit_in_bytes``),
   under the memory cgroup this process is in, so whatever accounts for this
   process still sees the child. A child process joins it before it execs
@@ -43,10 +49,8 @@ def version() -> int | None:
 
 def unavailable() -> str | None:
     """Why cold runs cannot be made here, or None."""
-    if os.geteuid() != 0:
-        return "not root (dropping the page cache and making cgroups need root)"
-    if not os.path.exists("/proc/sys/vm/drop_caches"):
-        return "no /proc/sys/vm/drop_caches"
+    if not hasattr(os, "posix_fadvise"):
+        return "no posix_fadvise (files cannot be evicted from the page cache)"
     return None
 
 
@@ -55,21 +59,17 @@ def cgroup_unavailable() -> str | None:
     reason = unavailable()
     if reason:
         return reason
+    if os.geteuid() != 0:
+        return "not root (making a memory cgroup needs root)"
     v = version()
     if v is None:
         return "no memory cgroup controller mounted under /sys/fs/cgroup"
     if v == 2:
-        with open(os.path.join(FS, "cgroup.controllers")) as f:
-            if "memory" not in f.read().split():
-                return "cgroup v2 without the memory controller"
+        for name in ("cgroup.controllers", "cgroup.subtree_control"):
+            with open(os.path.join(FS, name)) as f:
+                if "memory" not in f.read().split():
+                    return f"cgroup v2 without the memory controller in the root's {name}"
     return None
-
-
-def drop_caches() -> None:
-    """Write back every dirty page, then empty the page cache (of the whole machine)."""
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
 
 
 def resident(path: str) -> int | None:
@@ -128,12 +128,6 @@ class MemoryCgroup:
             return None
 
     def __enter__(self) -> MemoryCgroup:
-        if self.version == 2:
-            with open(os.path.join(FS, "cgroup.subtree_control")) as f:
-                enabled = f.read().split()
-            if "memory" not in enabled:
-                with open(os.path.join(FS, "cgroup.subtree_control"), "w") as f:
-                    f.write("+memory")
         os.mkdir(self.path)
         try:
             if self.version == 2:

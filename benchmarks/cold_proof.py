@@ -1,12 +1,13 @@
 """What drop_behind's default on a cold source costs the next step (issue 29.2).
 
-Usage (root: it drops the whole machine's page cache before each pair)::
+Usage::
 
     .venv/bin/python benchmarks/cold_proof.py --workdir /var/tmp/bench-cold2 \\
         --size 4GiB --rounds 3
 
-Each measurement is a pair of fresh processes, the page cache dropped and
-fresh memory primed first: a cold re-align of ``two-SIZE`` (the source of
+Each measurement is a pair of fresh processes, the source's two files evicted
+from the page cache first (``onnx_light.bench.evict``: nothing else on the
+machine is touched): a cold re-align of ``two-SIZE`` (the source of
 ``benchmarks/run.py``'s cold row) keeping both files cached
 (``drop_behind=False``, the old default here: the copy fits the memory),
 dropping both (``True``) or with the default (``None``: the source's pages
@@ -22,7 +23,6 @@ them: the cost of probing the cache. Writes ``results/cold_proof.md``: each figu
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 import cgroup  # noqa: E402
 from text import spread  # noqa: E402
 
-from onnx_light.bench import hold_free_pages, prime  # noqa: E402
+from onnx_light.bench import evict  # noqa: E402
 
 GiB = 1024**3
 # the drop_behind of each case, as the align child evaluates it
@@ -136,11 +136,11 @@ def child(code: str, *args: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def one(src: str, folder: str, default: str, step: str, nbytes: int) -> dict:
+def one(src: str, folder: str, default: str, step: str) -> dict:
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
-    cgroup.drop_caches()
-    prime(2 * nbytes)
+    os.sync()
+    evict([src, src + ".data"])
     dst = os.path.join(folder, "model.onnx")
     rec = {"align": child(ALIGN, src, dst, DEFAULTS[default])}
     rec["next"] = child(NEXT[step], dst)
@@ -155,9 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", default="ort,load")
     ap.add_argument("--defaults", default=",".join(DEFAULTS), help="of " + ", ".join(DEFAULTS))
-    ap.add_argument(
-        "--warm", type=int, default=0, help="instead: N rounds of the warm A/B (no root needed)"
-    )
+    ap.add_argument("--warm", type=int, default=0, help="instead: N rounds of the warm A/B")
     ap.add_argument("--output", default=os.path.join(HERE, "results", "cold_proof.md"))
     args = ap.parse_args(argv)
     if args.warm:
@@ -168,37 +166,32 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     reason = cgroup.unavailable()
     if reason:
-        print(f"cold_proof needs root: {reason}", file=sys.stderr)
+        print(f"cannot measure cold: {reason}", file=sys.stderr)
         return 2
     src = os.path.join(args.workdir, f"two-{args.size}", "model.onnx")
-    nbytes = os.path.getsize(src + ".data")
     steps = args.steps.split(",")
     defaults = args.defaults.split(",")
     cases = [(d, s) for s in steps for d in defaults]
     records: dict[tuple[str, str], list[dict]] = {c: [] for c in cases}
     rng = random.Random(29)
-    with contextlib.ExitStack() as stack:
-        held = stack.enter_context(hold_free_pages())
-        for r in range(args.rounds):
-            order = list(cases) if r == 0 else rng.sample(cases, len(cases))
-            for default, step in order:
-                rec = one(
-                    src, os.path.join(args.workdir, "out", "cold_proof"), default, step, nbytes
-                )
-                records[default, step].append(rec)
-                a, n = rec["align"], rec["next"]
-                print(
-                    f"[{r + 1}/{args.rounds}] {default:3} {step:4} align {a['seconds']:.2f} s "
-                    f"(disk {a['to_disk']:.2f}, cpu {a['cpu']:.2f}, dropped {a['dropped']}, "
-                    f"out cached {a['output_cached']:.2f}); next {n['seconds']:.2f} s "
-                    f"(cpu {n['cpu']:.2f})",
-                    flush=True,
-                )
-    write(args, records, steps, defaults, held)
+    for r in range(args.rounds):
+        order = list(cases) if r == 0 else rng.sample(cases, len(cases))
+        for default, step in order:
+            rec = one(src, os.path.join(args.workdir, "out", "cold_proof"), default, step)
+            records[default, step].append(rec)
+            a, n = rec["align"], rec["next"]
+            print(
+                f"[{r + 1}/{args.rounds}] {default:3} {step:4} align {a['seconds']:.2f} s "
+                f"(disk {a['to_disk']:.2f}, cpu {a['cpu']:.2f}, dropped {a['dropped']}, "
+                f"out cached {a['output_cached']:.2f}); next {n['seconds']:.2f} s "
+                f"(cpu {n['cpu']:.2f})",
+                flush=True,
+            )
+    write(args, records, steps, defaults)
     return 0
 
 
-def write(args, records, steps, defaults, held) -> None:
+def write(args, records, steps, defaults) -> None:
     def s(values):
         return spread(values) + " s"
 
@@ -211,9 +204,8 @@ def write(args, records, steps, defaults, held) -> None:
         ).stdout.strip()
         + f", {os.cpu_count()} cores; source `two-{args.size}` of `{args.workdir}`; "
         f"{args.rounds} rounds, fresh processes, cases interleaved (seeded shuffle); "
-        "before each pair: `sync`, `echo 3 > /proc/sys/vm/drop_caches`, fresh memory primed"
-        + (f" ({held})" if held else "")
-        + ".",
+        "before each pair: `sync`, the source's two files evicted from the page cache "
+        "(fsync, then posix_fadvise DONTNEED; nothing else on the machine touched).",
         "",
         "command: `benchmarks/cold_proof.py --workdir "
         f"{args.workdir} --size {args.size} --rounds {args.rounds}`",

@@ -13,8 +13,8 @@ folder), beside ``shutil.copyfile`` of the ``.data`` (the kernel's copy, the
 row's floor). Each measurement runs in a fresh process that imports the tree it
 is given (never the installed package) and re-aligns the ``tiny`` source once
 before the measured call; the three run in a new seeded order each round, with
-earlier writes flushed, freed memory primed and free-page reporting held as
-``make bench`` does. The
+earlier writes flushed, as ``make bench`` does (nothing on the machine
+changed). The
 ``tiny`` source (40 KiB of weights) shows what a call costs beyond its bytes.
 
 The report gives, per source, each one's time (min, median, max), and the
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="tiny,96MiB", help="two-file sources of the work dir")
     p.add_argument("--output", default=os.path.join(HERE, "results", "commit_ab.md"))
     args = p.parse_args(argv)
-    from onnx_light.bench import describe_machine, hold_free_pages, prime
+    from onnx_light.bench import describe_machine
 
     sizes = [s for s in args.sizes.split(",") if s]
     tiny = os.path.join(args.workdir, "two-tiny", "model.onnx")
@@ -142,19 +142,17 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     try:
         _base_tree(args.base, base_tree)
-        with hold_free_pages() as held:
-            for i in range(args.rounds):
-                for size in sizes:
-                    src = os.path.join(args.workdir, f"two-{size}", "model.onnx")
-                    order = list(trees)
-                    rng.shuffle(order)
-                    for key in order:
-                        os.sync()  # no write-back of an earlier output overlaps
-                        prime(256 * 1024 * 1024)
-                        rec = _measure(trees[key], src, tiny, out)
-                        results[size][key]["seconds"].append(rec["seconds"])
-                        results[size][key]["cpu"].append(rec["cpu"])
-                print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
+        for i in range(args.rounds):
+            for size in sizes:
+                src = os.path.join(args.workdir, f"two-{size}", "model.onnx")
+                order = list(trees)
+                rng.shuffle(order)
+                for key in order:
+                    os.sync()  # no write-back of an earlier output overlaps
+                    rec = _measure(trees[key], src, tiny, out)
+                    results[size][key]["seconds"].append(rec["seconds"])
+                    results[size][key]["cpu"].append(rec["cpu"])
+            print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
     finally:
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(base_tree, ignore_errors=True)
@@ -175,8 +173,6 @@ def main(argv: list[str] | None = None) -> int:
         "fresh process importing its own tree, the tiny source re-aligned once first. "
         "Times are wall clock; a ratio is taken within a round.",
     ]
-    if held:
-        header += ["", held]
     text = _report(results, names, sizes, args.rounds, header)
     write_report(args.output, text)
     return 0

@@ -10,8 +10,8 @@ The suite's load row (``onnxl.load(num_threads=2)`` of its two-file model
 against ``onnx.load``; ``make bench`` builds the sources in the work dir) has
 a target of parity within a run's noise. Here both loads run side by side,
 each in a fresh process, in a new seeded order each round, as ``make bench``
-runs them: only the measured size's sources in the page cache, and warm,
-earlier writes flushed, fresh memory primed, free-page reporting held. Beside the wall time, each run reports what the kernel
+runs them: the measured source warm, earlier writes flushed, nothing on the
+machine changed. Beside the wall time, each run reports what the kernel
 counted for it (``getrusage``: user and system CPU, minor page faults;
 ``/proc/self/io``: bytes and calls of ``read``, the two reads of that file
 included): where those are equal, the two loads do the same work, and a gap
@@ -39,7 +39,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-import sources  # noqa: E402
 from text import measured_commit, ratio_line, write_report  # noqa: E402
 
 MiB = 2**20
@@ -133,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
-    from onnx_light.bench import describe_machine, hold_free_pages, prime, warm
+    from onnx_light.bench import describe_machine, warm
 
     workdir = os.path.abspath(args.workdir)
     sizes = [s for s in args.sizes.split(",") if s]
@@ -146,20 +145,17 @@ def main(argv: list[str] | None = None) -> int:
     results = {s: {k: {f: [] for f in FIGURES} for k in LOADS} for s in sizes}
     rng = random.Random(0)
     began = time.perf_counter()
-    with hold_free_pages(back=True) as held:
-        for i in range(args.rounds):
-            for size, path in paths.items():
-                order = list(LOADS)
-                rng.shuffle(order)
-                for key in order:
-                    sources.cool(workdir, size)  # only this size's sources in the cache
-                    warm([path, path + ".data"])
-                    prime(2 * os.path.getsize(path + ".data"))
-                    os.sync()
-                    rec = _measure(key, path, tiny)
-                    for f in FIGURES:
-                        results[size][key][f].append(rec[f])
-            print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
+    for i in range(args.rounds):
+        for size, path in paths.items():
+            order = list(LOADS)
+            rng.shuffle(order)
+            for key in order:
+                warm([path, path + ".data"])
+                os.sync()
+                rec = _measure(key, path, tiny)
+                for f in FIGURES:
+                    results[size][key][f].append(rec[f])
+        print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
     command = "benchmarks/load_ab.py " + " ".join(argv if argv is not None else sys.argv[1:])
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     header = [
@@ -175,8 +171,6 @@ def main(argv: list[str] | None = None) -> int:
         "CPU and minor faults come from getrusage, the bytes and calls of read from "
         "/proc/self/io (medians over the rounds).",
     ]
-    if held:
-        header += ["", held]
     text = _report(results, sizes, header)
     write_report(args.output, text)
     return 0

@@ -28,7 +28,7 @@ Python process (this script run with ``--child``: imports, a warm-up on the
 ``tiny`` sources, the unmeasured set-up, then the operation inside
 :class:`~onnx_light.bench.PeakMemory`), in interleaved rounds (a new seeded
 order each round), the sources read into the page cache and earlier writes
-flushed (``sync``) before each, free-page reporting held where it can be.
+flushed (``sync``) before each; nothing on the machine changed.
 The report gives each setting's median (min-max) over the rounds, the
 median of its per-round ratio to the default, the fastest setting, and
 whether it beats the default beyond the spread (every round of one below every
@@ -38,7 +38,6 @@ round of the other: :func:`onnx_light.bench.compare`).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import os
@@ -235,18 +234,8 @@ def _run_child(op: str, setting: str, workdir: str, size: str) -> dict | None:
     return json.loads(lines[-1])
 
 
-@contextlib.contextmanager
-def _held():
-    """Free-page reporting held as the suite holds it (left alone where another
-    measurement on this machine holds it: :func:`onnx_light.bench.hold_free_pages`)."""
-    from onnx_light.bench import hold_free_pages
-
-    with hold_free_pages() as held:
-        yield held
-
-
 def measure(workdir: str, rows: list[tuple[str, str]], rounds: int) -> dict:
-    from onnx_light.bench import prime, warm
+    from onnx_light.bench import warm
 
     records: dict = {(op, size, s): [] for op, size in rows for s in settings_of(op)}
     cases = list(records)
@@ -256,8 +245,6 @@ def measure(workdir: str, rows: list[tuple[str, str]], rounds: int) -> dict:
         _log(f"[round {r + 1}/{rounds}] {len(order)} measurements")
         for op, size, setting in order:
             p = Paths(workdir, size)
-            sources.cool(workdir, size)
-            prime(2 * sources.nbytes(size))
             warm(_source_files(op, p))
             os.sync()
             rec = _run_child(op, setting, workdir, size)
@@ -277,7 +264,7 @@ def _fmt(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} s ({min(values):.3f}-{max(values):.3f})"
 
 
-def report(records: dict, rows, args, held, load: tuple[float, float], minutes: float) -> str:
+def report(records: dict, rows, args, load: tuple[float, float], minutes: float) -> str:
     from onnx_light.bench import compare, describe_machine
 
     commit = subprocess.run(
@@ -305,8 +292,6 @@ def report(records: dict, rows, args, held, load: tuple[float, float], minutes: 
         "64 bytes the budget is never reached (the default 1 GiB kept).",
         "",
     ]
-    if held:
-        lines += [held, ""]
     chosen = []
     for op, size in rows:
         settings = settings_of(op)
@@ -418,10 +403,9 @@ def main(argv: list[str]) -> int:
     rows = [(op, size) for op, size, _ in todo]
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
-    with _held() as held:
-        records = measure(args.workdir, rows, args.rounds)
+    records = measure(args.workdir, rows, args.rounds)
     minutes = (time.perf_counter() - t0) / 60
-    text = report(records, rows, args, held, (load0, os.getloadavg()[0]), minutes)
+    text = report(records, rows, args, (load0, os.getloadavg()[0]), minutes)
     print(text)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:

@@ -4,8 +4,10 @@ Writes the source models once into a work dir, then for each round, for each
 size: reads the sources once (warm page cache), and runs every operation in a
 fresh process (``worker.py``), interleaved (every round runs each operation
 once, in a new seeded order): the method of :mod:`onnx_light.bench.rounds`,
-which the gallery uses too (its page cache warming, memory priming and
-free-page reporting hold come from there). The re-align rows run again on XFS and btrfs
+which the gallery uses too. Nothing on the machine is changed to steady the
+numbers (no kernel setting, no memory touched first, no global cache drop):
+a cold operation finds only the files the suite made evicted from the page
+cache (:func:`onnx_light.bench.evict`). The re-align rows run again on XFS and btrfs
 images, loop-mounted (as root, with mkfs.xfs / mkfs.btrfs; skipped with the
 reason otherwise), with their sources copied there.
 Prints the results table and writes ``benchmarks/results/<name>.md``,
@@ -37,7 +39,7 @@ import report
 import sources
 from suite import FLUSHED, GROUPS, OPT_IN, ROWS, TIMELINE, condition, fs_plan, plan
 
-from onnx_light.bench import OthersCpu, hold_free_pages, prime, warm
+from onnx_light.bench import OthersCpu, evict, warm
 from onnx_light.bench.filesystems import loop_mount, unavailable
 from onnx_light.onnx._write.fs import copy_policy
 
@@ -175,7 +177,6 @@ def measure(args, todo) -> dict:
         todo: ``[(size label, work dir, size, [operations])]``.
     """
     records: dict = {(label, op): [] for label, _, _, ops in todo for op in ops}
-    priming = args.held is not None
     for r in range(args.rounds):
         for label, workdir, size, ops in todo:
             paths = sources.Paths(workdir, size)
@@ -197,9 +198,6 @@ def measure(args, todo) -> dict:
                     records[(label, op)].append(rec)
                     _log_record(op, rec)
                     continue
-                if priming:
-                    sources.cool(workdir, size)
-                    prime(2 * sources.nbytes(size))
                 # the sources again: an earlier operation's output may have pushed
                 # some of them out of the page cache
                 warm(paths.files(sources.KINDS))
@@ -235,13 +233,13 @@ def cgroup_limit(args, size: str) -> int:
 
 
 def measure_cold(args, op: str, workdir: str, size: str) -> dict | None:
-    """One cold measurement (issue 20): every dirty page written back, the page cache
-    dropped, fresh memory primed; then, in a new memory cgroup for ``cg_`` operations,
+    """One cold measurement: the files the suite made for ``size`` (its sources, and
+    what an earlier run left in the output folder) written back and evicted from the
+    page cache, nothing else; then, in a new memory cgroup for ``cg_`` operations,
     the canary read (in the cgroup: its pages are charged there) and the worker run,
     its outputs flushed after the measure (the "time to disk")."""
-    cgroup.drop_caches()
-    if args.held is not None:
-        prime(2 * sources.nbytes(size))
+    os.sync()  # no write-back of earlier outputs during this one
+    evict(_made_files(workdir, size))
     limit = cgroup_limit(args, size)
     with contextlib.ExitStack() as stack:
         cg = None
@@ -259,6 +257,16 @@ def measure_cold(args, op: str, workdir: str, size: str) -> dict | None:
         if rec is not None and cg is not None and "cg_peak" not in rec:
             rec["cg_peak"] = cg.peak()
     return rec
+
+
+def _made_files(workdir: str, size: str) -> list[str]:
+    """The files of ``workdir`` a cold operation of ``size`` may read: the size's
+    sources and whatever is left in the output folder."""
+    paths = sources.Paths(workdir, size)
+    made = paths.files(sources.KINDS)
+    for folder, _, names in os.walk(paths.out):
+        made += [os.path.join(folder, n) for n in names]
+    return [f for f in made if os.path.isfile(f) and not os.path.islink(f)]
 
 
 def _fs_name(path: str) -> str:
@@ -283,13 +291,6 @@ def main(argv: list[str] | None = None) -> int:
     headings = {None: f"{_fs_name(workdir)} (the work dir, {workdir})"}
     try:
         with contextlib.ExitStack() as stack:
-            held = args.held = stack.enter_context(hold_free_pages(back=not args.smoke))
-            if held:
-                held += (
-                    " Before each measurement, twice the model's size of memory is touched "
-                    "and freed, so the pages the operation gets are backed."
-                )
-                log(held)
             log(f"sources in {workdir}")
             # only the sources the selected groups read
             used = {GROUPS[g][1] for g in args.groups}
@@ -329,9 +330,9 @@ def main(argv: list[str] | None = None) -> int:
         "kernel's peak RSS (VmHWM) during the operation; RssAnon / RssFile growth sampled "
         "every ms. Load average (1 min) before / after: "
         f"{load_before[0]:.2f} / {load_after[0]:.2f}; CPUs used by other processes "
-        f"during the measurements: {others_text} (of {os.cpu_count()})."
-        + (f" {held}" if held else "")
-        + _cold_footer(args, plan_labels)
+        f"during the measurements: {others_text} (of {os.cpu_count()}). Nothing on the "
+        "machine was changed to steady the numbers: no kernel setting, no memory touched "
+        "first, no global cache drop." + _cold_footer(args, plan_labels)
     )
     text = report.markdown(results, header, footer, headings, figures=args.output)
     if profiles or profile_note:
@@ -364,9 +365,10 @@ def _cold_footer(args, plan_labels) -> str:
     if not any(cold.values()):
         return ""
     text = (
-        " Cold operations (cold_*, cg_*, floor_device): before each, every dirty "
-        "page written back and the page cache dropped (echo 3 > /proc/sys/vm/drop_caches), "
-        f"then a {args.canary_mib} MiB canary file read (cat); 'canary evicted' is how much "
+        " Cold operations (cold_*, cg_*, floor_device): before each, earlier writes "
+        "flushed (sync) and the files the suite made for the size (its sources, earlier "
+        "outputs) evicted from the page cache (fsync, then posix_fadvise DONTNEED), "
+        f"nothing else; then a {args.canary_mib} MiB canary file read (cat); 'canary evicted' is how much "
         "of it left the page cache during the operation (fincore before and after); "
         "'time to disk' adds the fsync of the outputs after the measure."
     )
@@ -383,8 +385,9 @@ def _cold_footer(args, plan_labels) -> str:
 
 
 def _cold_plan(main_plan, headings: dict):
-    """The plan without the cold operations this machine cannot run (not root, no
-    memory cgroup); the work dir's heading says which were left out and why."""
+    """The plan without the cold operations this machine cannot run (no
+    ``posix_fadvise``; for the cgroup ones, not root or no memory cgroup); the work
+    dir's heading says which were left out and why."""
     reasons = {"cold": cgroup.unavailable(), "cgroup": cgroup.cgroup_unavailable()}
     out, dropped = [], []
     for size, ops in main_plan:

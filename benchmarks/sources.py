@@ -27,8 +27,6 @@ import os
 import time
 from dataclasses import dataclass
 
-from onnx_light.bench import evict
-
 MiB = 1024 * 1024
 
 # name -> (n_weights, dim) of onnx_light.bench.make_gemm_model
@@ -394,14 +392,3 @@ def copy_into(src_root: str, dst_root: str, sizes: list[str], kinds: list[str], 
                 shutil.copytree(src, os.path.join(dst_root, folder))
     os.sync()
     log(f"  copied {', '.join(kinds)} into {dst_root} in {time.perf_counter() - t0:.1f} s")
-
-
-def cool(root: str, keep: str) -> None:
-    """Drop from the page cache every source of ``root`` but those of size ``keep``.
-
-    The cache then holds what the next measurement reads, and the rest of the
-    memory is free (see :func:`onnx_light.bench.prime`), without root (``posix_fadvise``).
-    """
-    for size in SIZES:
-        if size != keep:
-            evict(Paths(root, size).files(KINDS))

@@ -125,7 +125,6 @@ def main() -> None:
         "| ranking vs 1 thread |",
         "|---|---|---|---|---|---|",
     ]
-    biggest = max(size for _, size in models.values())
     for state in ("warm", "cold"):
         cases = {}
         for name, (path, _) in models.items():
@@ -139,15 +138,12 @@ def main() -> None:
         }
         if state == "warm":
             every = [f for path, _ in models.values() for f in _files(os.path.dirname(path))]
-            rounds = measure_rounds(
-                cases, rounds=args.rounds, warm_files=every, prime_bytes=2 * biggest
-            )
+            rounds = measure_rounds(cases, rounds=args.rounds, warm_files=every)
         else:
             rounds = measure_rounds(
                 cases,
                 rounds=args.rounds,
                 before=lambda case, where=folder_of: evict(_files(where[case])),
-                prime_bytes=2 * biggest,
             )
         for name in models:
             one = rounds.seconds(f"load ({state}), {name}, 1 thread(s)")
@@ -173,7 +169,6 @@ def main() -> None:
         saves,
         rounds=args.rounds,
         before=lambda _case: empty_folder(dst),
-        prime_bytes=2 * weights_nbytes(n, dim),
     )
     one = rounds.seconds(f"save, two files, {n} x {dim}x{dim}, 1 thread(s)")
     for k in THREADS:

@@ -13,7 +13,7 @@ cgroup of a quarter of it. The default copy then drops both files behind it
 is written to the disk (``fdatasync``) before it is dropped, and the copy
 waits for it. ``cp`` leaves its write-back to the kernel, which writes while
 ``cp`` reads. This script measures that split, as the suite measures the row
-(page cache dropped, fresh memory primed, free-page reporting held, the canary
+(the source's files evicted from the page cache, nothing else; the canary
 read in a fresh cgroup, then the run in it, its outputs flushed after the
 measure), for four runs in a new seeded order each round:
 
@@ -94,10 +94,10 @@ print(json.dumps({"seconds": seconds, "to_disk": time.perf_counter() - t,
 """
 
 
-def _measure(run: str, src: str, out: str, canary: str, limit: int, primed: int, prime) -> dict:
+def _measure(run: str, src: str, out: str, canary: str, limit: int, evict) -> dict:
     """One cold run in a fresh memory cgroup of ``limit`` bytes."""
-    cgroup.drop_caches()
-    prime(primed)
+    os.sync()
+    evict([src, src + ".data"])
     with cgroup.MemoryCgroup(limit) as cg:
         subprocess.run(["cat", canary], stdout=subprocess.DEVNULL, check=True, preexec_fn=cg.enter)
         before = cgroup.resident(canary)
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"cannot measure: {why}", file=sys.stderr)
         return 2
-    from onnx_light.bench import describe_machine, hold_free_pages, prime
+    from onnx_light.bench import describe_machine, evict
 
     src = os.path.join(args.workdir, f"two-{args.size}", sources.MODEL)
     canary = os.path.join(args.workdir, sources.CANARY)
@@ -178,17 +178,14 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(0)
     began = time.perf_counter()
     try:
-        with hold_free_pages() as held:
-            for i in range(args.rounds):
-                order = list(RUNS)
-                rng.shuffle(order)
-                for run in order:
-                    rec = _measure(
-                        run, src, out, canary, limit, 2 * sources.nbytes(args.size), prime
-                    )
-                    for k in keys:
-                        results[run][k].append(rec[k])
-                print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
+        for i in range(args.rounds):
+            order = list(RUNS)
+            rng.shuffle(order)
+            for run in order:
+                rec = _measure(run, src, out, canary, limit, evict)
+                for k in keys:
+                    results[run][k].append(rec[k])
+            print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(out)
@@ -204,13 +201,11 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"two-{args.size} source; cgroup limit {limit / sources.MiB:.0f} MiB (page cache "
         f"included). {args.rounds} rounds; in each, the four runs in a new seeded order, "
-        "each cold (every dirty page written back, the page cache dropped, fresh memory "
-        "primed), the 1 GiB canary read in a fresh cgroup, then the run in it. Each cell: "
+        "each cold (earlier writes flushed, the source's files evicted from the page "
+        "cache, nothing else), the 1 GiB canary read in a fresh cgroup, then the run in it. Each cell: "
         "min (median, max) over the rounds; a ratio is taken within a round. 'in "
         "fdatasync': the time the run's threads spent waiting in it, summed.",
     ]
-    if held:
-        header += ["", held]
     text = _report(results, header)
     write_report(args.output, text)
     return 0

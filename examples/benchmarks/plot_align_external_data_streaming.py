@@ -147,7 +147,6 @@ rounds = measure_rounds(
     cases,
     warm_files=[src, src_data],
     before=lambda _name: empty_folder(out),
-    prime_bytes=2 * weights_nbytes(N_WEIGHTS, DIM),
 )
 table = pandas.DataFrame(rounds.summary()).set_index("operation")
 table["weights MiB"] = weights_nbytes(N_WEIGHTS, DIM) / MiB

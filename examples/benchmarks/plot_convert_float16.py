@@ -126,7 +126,6 @@ rounds = measure_rounds(
     ways,
     warm_files=[src, src_data],
     before=lambda _way: empty_folder(out),
-    prime_bytes=4 * weights_nbytes(N_WEIGHTS, DIM),
 )
 table = pandas.DataFrame(rounds.summary()).set_index("operation")
 table.round(3)

@@ -161,7 +161,6 @@ rounds = measure_rounds(
     ways,
     warm_files=[os.path.join(export, f) for f in os.listdir(export)],
     before=lambda way: empty_folder(os.path.join(folder, outputs[way])),
-    prime_bytes=int(mib_on_disk(export) * MiB),
 )
 for way, fn in ways.items():  # once more, to keep the files and measure them
     empty_folder(os.path.join(folder, outputs[way]))

@@ -144,7 +144,6 @@ for n in COUNTS:
         {" | ".join(key): fn for key, fn in ops.items()},
         warm_files=[src, src + ".data"],
         before=lambda _name, out=out: empty_folder(out),
-        prime_bytes=size,
     )
     for operation, library in ops:
         secs = rounds.seconds(f"{operation} | {library}")

@@ -188,7 +188,6 @@ rounds = measure_rounds(
     cases,
     rounds=sized(3, quick=1),
     warm_files=[os.path.join(folder, f) for f in os.listdir(folder) if "onnx" in f],
-    prime_bytes=2 * model_bytes,
 )
 print(f"{len(rounds.runs)} sessions measured in {time.perf_counter() - begin:.1f} s")
 

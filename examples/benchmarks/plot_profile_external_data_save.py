@@ -80,7 +80,7 @@ def save_with_onnx_light() -> None:
 
 
 saves = {"onnx": save_with_onnx, "onnx-light": save_with_onnx_light}
-timed = measure_rounds(saves, before=lambda _name: empty_folder(out), prime_bytes=2 * size)
+timed = measure_rounds(saves, before=lambda _name: empty_folder(out))
 
 
 def profiled(name: str) -> None:

@@ -127,7 +127,6 @@ def measure(operation: str, calls: dict, **how) -> None:
     rounds = measure_rounds(
         {f"{layout} | {k}": fn for (layout, k), fn in calls.items()},
         rounds=sized(3, quick=1),
-        prime_bytes=size,
         **how,
     )
     for layout, k in calls:

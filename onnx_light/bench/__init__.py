@@ -47,7 +47,6 @@ from .figures import (
     tool_colors,
 )
 from .folders import empty_folder, file_digests, mib_on_disk
-from .free_pages import hold_free_pages, prime
 from .machine import describe_machine
 from .memory import PeakMemory, measure_peak, release_free_memory
 from .models import (
@@ -79,7 +78,6 @@ __all__ = [
     "empty_folder",
     "evict",
     "file_digests",
-    "hold_free_pages",
     "legend_beside",
     "make_forest_model",
     "make_gemm_model",
@@ -90,7 +88,6 @@ __all__ = [
     "mib_on_disk",
     "model_inputs",
     "other_color",
-    "prime",
     "quick_run",
     "read_status",
     "release_free_memory",

@@ -9,8 +9,8 @@ from collections.abc import Iterable
 def evict(paths: Iterable[str]) -> bool:
     """Drop ``paths`` from the page cache: ``fsync``, then ``POSIX_FADV_DONTNEED``.
 
-    No root rights needed, nothing else on the machine is affected (unlike
-    ``echo 3 > /proc/sys/vm/drop_caches``).
+    No root rights needed, and nothing else on the machine is affected: the
+    page cache of every other file stays as it was.
 
     Args:
         paths: the files.

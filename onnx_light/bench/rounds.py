@@ -11,11 +11,13 @@ faults. So every measurement here is made
   order each round (the first in the given order), so a slow minute of the
   machine hits every operation, not one;
 - with the **page cache warm** (the given files read just before) unless the
-  caller evicts them, with **earlier writes flushed** (``sync``) so their
-  write-back does not land in the next run, and, where the machine hands freed
-  memory back to its host (a VM's free-page reporting), with that reporting
-  **held** for the whole measure and fresh memory **primed** before each run
-  (:func:`hold_free_pages`).
+  caller evicts them (only those files: :func:`~onnx_light.bench.evict`), and
+  with **earlier writes flushed** (``sync``) so their write-back does not land
+  in the next run.
+
+Nothing on the machine is changed to steady it: no kernel setting, no memory
+touched beforehand, no cache dropped but the measured files'. What noise is
+left shows in the spread over the rounds, which a ranking has to clear.
 
 Each run reports its wall time and its peak RSS growth from the kernel
 (:class:`~onnx_light.bench.PeakMemory`); the spread over the rounds is kept,
@@ -37,7 +39,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .compare import MIN_ROUNDS, Comparison, compare
-from .free_pages import hold_free_pages, prime
 from .memory import PeakMemory
 from .sizes import quick_run
 from .timeline import RssTimeline, Sample
@@ -99,11 +100,9 @@ class Rounds:
 
     Attributes:
         runs: the runs in the order they were made.
-        held: what :func:`~onnx_light.bench.hold_free_pages` changed (None: nothing).
     """
 
     runs: tuple[Run, ...]
-    held: str | None = None
 
     @property
     def names(self) -> list[str]:
@@ -214,15 +213,14 @@ def measure_rounds(
     warm_files: Iterable[str] = (),
     before: Callable[[str], object] | None = None,
     timeline: bool = False,
-    prime_bytes: int = 0,
     seed: int = 0,
 ) -> Rounds:
     """Measure every case in a process of its own, in interleaved rounds.
 
     Before each run, in this process and not measured: ``warm_files`` are read
     (the page cache warm), ``before(name)`` runs (e.g. empty the case's
-    destination, or evict files for a cold read), fresh memory is primed when
-    free-page reporting is held, and ``sync`` flushes earlier writes.
+    destination, or evict files for a cold read) and ``sync`` flushes earlier
+    writes.
 
     Args:
         cases: name -> a call without arguments; it runs in a forked child,
@@ -234,8 +232,6 @@ def measure_rounds(
         warm_files: files to have in the page cache before each run.
         before: called with the case's name before each of its runs.
         timeline: also sample RSS every 2 ms (:meth:`Rounds.samples`).
-        prime_bytes: memory to prime before each run where free-page
-            reporting is held (e.g. twice the model's size).
         seed: the seed of the rounds' orders.
 
     Returns:
@@ -253,19 +249,16 @@ def measure_rounds(
         raise ValueError(f"rounds must be >= 1, not {rounds}")
     warm_files = list(warm_files)
     runs = []
-    with hold_free_pages() as held:
-        for r in range(rounds):
-            order = list(cases)
-            if r:
-                random.Random(seed * 1000 + r).shuffle(order)
-            for name in order:
-                warm(warm_files)
-                if before is not None:
-                    before(name)
-                if held is not None and prime_bytes:
-                    prime(prime_bytes)
-                os.sync()
-                rec = _fork_run(name, cases[name], timeline)
-                samples = tuple(Sample(*s) for s in rec.get("samples", ()))
-                runs.append(Run(name, r, rec["seconds"], rec["peak"], samples, rec.get("value")))
-    return Rounds(tuple(runs), held)
+    for r in range(rounds):
+        order = list(cases)
+        if r:
+            random.Random(seed * 1000 + r).shuffle(order)
+        for name in order:
+            warm(warm_files)
+            if before is not None:
+                before(name)
+            os.sync()
+            rec = _fork_run(name, cases[name], timeline)
+            samples = tuple(Sample(*s) for s in rec.get("samples", ()))
+            runs.append(Run(name, r, rec["seconds"], rec["peak"], samples, rec.get("value")))
+    return Rounds(tuple(runs))
