@@ -329,3 +329,53 @@ def test_an_initializer_kept_float32_keeps_its_declared_type(tmp_path):
     assert types["scales"] == F and ours.graph.initializer[0].data_type == F
     assert Counter(map(_node_key, ours.graph.node)) == Counter(map(_node_key, theirs.graph.node))
     onnx.checker.check_model(str(tmp_path / "ours.onnx"), full_check=True)
+
+
+# -- size_threshold for inline tensors -------------------------------------------------
+
+
+def _single_file(folder) -> str:
+    """A model held in one file: a 2 KiB float32 W and a 2.4 KiB int64 table, inline."""
+    w = np.linspace(-3, 3, 512, dtype=np.float32).reshape(16, 32)
+    table = np.arange(300, dtype=np.int64) * 7
+    graph = oh.make_graph(
+        [oh.make_node("MatMul", ["X", "W"], ["Y"]), oh.make_node("Gather", ["T", "I"], ["Z"])],
+        "g",
+        [oh.make_tensor_value_info("X", F, [2, 16]), oh.make_tensor_value_info("I", 7, [3])],
+        [oh.make_tensor_value_info("Y", F, [2, 32]), oh.make_tensor_value_info("Z", 7, [3])],
+        [onh.from_array(w, "W"), onh.from_array(table, "T")],
+    )
+    path = os.path.join(folder, "single.onnx")
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_inline_tensors_under_the_threshold_stay_inline(tmp_path):
+    """With a threshold above every tensor, the converted model stays one file; its
+    values are onnxruntime's converter's."""
+    src = _single_file(tmp_path)
+    result = onnxl.convert_float_to_float16(src, tmp_path / "o.onnx", size_threshold=1 << 20)
+    assert sorted(os.listdir(tmp_path)) == ["o.onnx", "single.onnx"]
+    assert result.weights_paths == [] and result.size == 0
+    model = onnx.load(tmp_path / "o.onnx", load_external_data=False)
+    assert all(t.data_location != onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    expected = float16.convert_float_to_float16(onnx.load(src))
+    ours = {t.name: t for t in model.graph.initializer}
+    for t in expected.graph.initializer:
+        assert ours[t.name].data_type == t.data_type, t.name
+        assert onh.to_array(ours[t.name]).tobytes() == onh.to_array(t).tobytes(), t.name
+    onnx.checker.check_model(str(tmp_path / "o.onnx"), full_check=True)
+
+
+def test_inline_tensors_at_the_threshold_move_out(tmp_path):
+    """With a threshold under both tensors, they move to the weights file as before."""
+    src = _single_file(tmp_path)
+    result = onnxl.convert_float_to_float16(src, tmp_path / "o.onnx", size_threshold=1024)
+    assert result.weights_paths == [str(tmp_path / "o.onnx.data")]
+    model = onnx.load(tmp_path / "o.onnx", load_external_data=False)
+    assert all(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    expected = {
+        t.name: t for t in float16.convert_float_to_float16(onnx.load(src)).graph.initializer
+    }
+    for name, t in _tensors(str(tmp_path / "o.onnx")).items():
+        assert onh.to_array(t).tobytes() == onh.to_array(expected[name]).tobytes(), name

@@ -142,7 +142,9 @@ def convert_float_to_float16(
         alignment: offsets in the new weights file are multiples of it
             (0 or 1: dense; else a power of two up to 1 GiB).
         size_threshold: inline tensors (held in the ``.onnx``) of at least
-            this many bytes move to the weights file; smaller ones stay inline.
+            this many bytes (their size in the source) move to the weights
+            file; smaller ones stay inline, converted in memory: with a
+            threshold above every tensor, a single-file model stays one file.
             External tensors stay external, whatever their size (the usual
             recipe's ``onnx.save`` writes those under 1024 bytes inline).
         max_shard_size: split the weights into files of at most this many
@@ -196,9 +198,10 @@ def convert_float_to_float16(
     if dst_weights_path is None:
         dst_weights_path = default_weights(dst)[0]
     weights_destination(dst, dst_weights_path)  # a bad name fails before any reading
+    size_threshold = check_size_threshold(size_threshold)
     options = SerializeOptions(
         alignment=alignment,
-        size_threshold=check_size_threshold(size_threshold),
+        size_threshold=size_threshold,
         use_external_data_location=False,
         base_dir=src,  # every reference read from the source
         max_shard_size=max_shard_size,
@@ -207,7 +210,9 @@ def convert_float_to_float16(
     in_place = is_in_place(src, dst)
     with SourceFiles() as files:
         with folder_lock(os.path.dirname(src), shared=True):
-            model, _ = scan_model(src, files)
+            # inline bytes under the threshold stay raw_data: converted in memory, they
+            # stay inline; those at or over it become references into the file, moved
+            model, _ = scan_model(src, files, size_threshold)
         graph = convert_graph(
             model,
             keep_io_types=keep_io_types,
