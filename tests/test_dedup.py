@@ -349,3 +349,73 @@ def test_progress_total_is_near_what_the_call_reads_and_writes(tmp_path):
     assert calls[-1][0] == calls[-1][1] <= work
     assert all(total <= 1.5 * work for _, total in calls), (calls[0], work)
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+def test_with_files_are_committed_with_the_models(tmp_path, monkeypatch):
+    """``with_files``: the exporter's files land beside the models in the same commit (a
+    file of that name there is replaced; a failed rename puts every old file back); of two
+    files with one name the first is copied, the other listed when its bytes differ."""
+    import errno
+
+    from onnx_light.onnx._commit import atomic as _atomic
+
+    srcs = [_pair(tmp_path / "one")[0], _pair(tmp_path / "two")[1]]
+    for folder, text in (("one", '{"v": 1}'), ("two", '{"v": 2}')):
+        (tmp_path / folder / "genai_config.json").write_text(text)
+    (tmp_path / "one" / "tokenizer.json").write_text("{}")
+    extra = [
+        tmp_path / "one" / "genai_config.json",
+        tmp_path / "one" / "tokenizer.json",
+        tmp_path / "two" / "genai_config.json",
+    ]
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "tokenizer.json").write_text("an older, truncated cop")
+    dsts = [out / "a.onnx", out / "b.onnx"]
+    before = folder_digest(out)
+    real_replace = os.replace
+
+    def refuse_last_onnx(a, b, *args, **kwargs):
+        if str(b) == str(dsts[1]):
+            raise OSError(errno.EPERM, "Operation not permitted (immutable)", str(b))
+        return real_replace(a, b, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", refuse_last_onnx)
+        m.setattr(_atomic, "_exchange", lambda a, b: False)
+        with pytest.raises(OSError, match="immutable"):
+            onnxl.deduplicate_external_data(srcs, dsts, "w.data", with_files=extra)
+    assert folder_digest(out) == before  # the companion renames undone with the others
+    result = onnxl.deduplicate_external_data(srcs, dsts, "w.data", with_files=extra)
+    assert result.files_copied == [str(out / "genai_config.json"), str(out / "tokenizer.json")]
+    assert result.files_left == [(str(extra[2]), str(extra[0]))]
+    assert (out / "genai_config.json").read_text() == '{"v": 1}'
+    assert (out / "tokenizer.json").read_text() == "{}"
+    assert sorted(os.listdir(out)) == [
+        "a.onnx",
+        "b.onnx",
+        "genai_config.json",
+        "tokenizer.json",
+        "w.data",
+    ]
+
+
+def test_with_files_refused_before_anything_is_written(tmp_path):
+    srcs = _pair(tmp_path / "m")
+    (tmp_path / "m" / "config.json").write_text("{}")
+    (tmp_path / "elsewhere.json").write_text("{}")
+    out = tmp_path / "out"
+    out.mkdir()
+    dsts = [out / "a.onnx", out / "b.onnx"]
+    with pytest.raises(TypeError, match="a list of paths"):
+        onnxl.deduplicate_external_data(srcs, dsts, with_files=str(tmp_path / "m" / "config.json"))
+    with pytest.raises(ValueError, match="not in the folder of a source model"):
+        onnxl.deduplicate_external_data(srcs, dsts, with_files=[tmp_path / "elsewhere.json"])
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        onnxl.deduplicate_external_data(srcs, dsts, with_files=[tmp_path / "m" / "nope.json"])
+    with pytest.raises(ValueError, match="which this call writes otherwise"):
+        onnxl.deduplicate_external_data(srcs, dsts, with_files=[srcs[0]])
+    os.symlink("../elsewhere.json", tmp_path / "m" / "linked.json")
+    with pytest.raises(onnxl.ExternalDataError, match="linked.json.*elsewhere.json.*outside"):
+        onnxl.deduplicate_external_data(srcs, dsts, with_files=[tmp_path / "m" / "linked.json"])
+    assert os.listdir(out) == []

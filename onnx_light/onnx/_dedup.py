@@ -7,7 +7,9 @@ its key (:func:`~onnx_light.onnx._content.keys.content_classes`: lengths, sample
 compared); tensors whose bytes a reused ``.safetensors`` file holds point
 into it; the layout planner writes one range per key into one weights file
 (or one set of shards); the copy engine streams the bytes; one commit
-replaces every destination model and the weights together.
+replaces every destination model and the weights together, with the
+companion files copied beside them (``with_files``,
+:mod:`~onnx_light.onnx._write.companions`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from ._read.external import place
 from ._read.sources import SourceFiles, kernel_path
 from ._system.gc import paused_gc
 from ._system.memory import drop_by_default
+from ._write.companions import Companions
 from ._write.finish import finish
 from ._write.shards import WeightsFiles, kept_weights
 
@@ -76,6 +79,11 @@ class DedupResult:
         unreferenced: old weights files no model of the folder references
             now (in place only).
         removed: those of them deleted (``remove_unreferenced=True``).
+        files_copied: the files of ``with_files`` copied beside the models
+            (their destinations).
+        files_left: the files of ``with_files`` left out, as ``(file, the
+            file copied under its name)``: another file of that name came
+            first, with other bytes.
     """
 
     bytes_before: int
@@ -86,6 +94,8 @@ class DedupResult:
     weights_paths: list[str] = field(default_factory=list)
     unreferenced: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    files_copied: list[str] = field(default_factory=list)
+    files_left: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def bytes_saved(self) -> int:
@@ -170,6 +180,7 @@ def deduplicate_external_data(
     chunk_size: int = 4 * 1024 * 1024,
     durable: bool = False,
     drop_behind: bool | None = None,
+    with_files: Sequence[str | os.PathLike] = (),
 ) -> DedupResult:
     """Write models that all reference one weights file, each distinct byte string stored once.
 
@@ -220,20 +231,39 @@ def deduplicate_external_data(
             goes, as in :func:`~onnx_light.onnx.align_external_data_streaming`
             (None: when the copy exceeds the memory available; the sources'
             ranges only when they are cold).
+        with_files: other files of the sources' folders to copy beside the
+            destination models, each under its own name (an exporter's
+            ``config.json``, ``genai_config.json``, tokenizer files), in the
+            same commit: an error leaves none of them under its final name.
+            Each must follow the rule for the models' data files: once links
+            are resolved it lies inside its model's folder, or inside the
+            folder of the model file's real path (a Hugging Face snapshot's
+            ``blobs/``), and it is a regular file with a single hard link;
+            it is refused otherwise, before anything is written. A file of
+            that name already in the destination folder is replaced,
+            whatever it holds. Of several files with one name, the first is
+            copied (the others, when their bytes differ, are listed in
+            ``DedupResult.files_left``); a file already at its destination
+            (the destination folder is its own) is left as it is.
 
     Returns:
         A :class:`DedupResult`: bytes before and written, the groups of
-        tensors sharing a range, the transposed twins.
+        tensors sharing a range, the transposed twins, the files copied.
 
     Raises:
         TypeError: the paths are not lists, a setting has the wrong type, or
             ``progress`` is not callable.
         ValueError: not one destination per source, destinations in several
             folders, some destinations in place and others not, a bad
-            setting or weights name.
-        FileNotFoundError: a model, a data file or a reused file is missing.
+            setting or weights name, a file of ``with_files`` that is not in
+            a source model's folder or would be copied over a model or a
+            weights file the call writes.
+        FileNotFoundError: a model, a data file, a reused file or a file of
+            ``with_files`` is missing.
         ExternalDataError: a reference is unsafe or out of range (naming the
-            tensor and the file), a destination would replace a file the call
+            tensor and the file), a file of ``with_files`` resolves outside
+            its model's folders or has several hard links (naming it and
+            where it points), a destination would replace a file the call
             reads or another model reads, or a reused file is outside the
             folder or not a valid ``.safetensors`` file.
 
@@ -282,6 +312,7 @@ def deduplicate_external_data(
         if dst_weights_path is None:
             dst_weights_path = _default_weights(models, files)
             weights_destination(dsts[0], dst_weights_path, dsts[1:])
+        companions = Companions.open(with_files, srcs, folder, files, dsts)  # before any read
         reused = open_reused(reuse, folder, files)
         blobs = [blob_of(it) for it in items] + [r.blob for r in reused]
         bound = comparison_bound(blobs)
@@ -293,6 +324,7 @@ def deduplicate_external_data(
             found.to_write(items), alignment, dsts[0], dst_weights_path, max_shard_size
         )
         _refuse_reused_targets(weights.paths, reused)
+        companions.refuse(weights.paths)
         in_place = all(m.in_place for m in models)
         for model in models:
             check_targets(
@@ -307,11 +339,18 @@ def deduplicate_external_data(
                     "own destination to deduplicate in place"
                 ),
             )
+        check_targets(
+            companions.targets,
+            files,
+            model=[m.dst for m in models],
+            hint="leave it out of the files to copy, or write the models to another folder",
+        )
         names = _names(models, items)
         transposed = find_transposed(items, found.item_class, names, files)
         with AtomicFiles(durable=durable) as out:
-            out.reserve([*weights.outputs, *dsts])
+            out.reserve([*weights.outputs, *companions.targets, *dsts])
             written = weights.write(out, files, 1, chunk_size, report.writing(), drop_behind)
+            companions.write(out, files, chunk_size)
             for it, (location, offset) in zip(weights.items, weights.placement, strict=True):
                 place(it.site.tensor, location, offset, it.size, it.extra)
             for it, r in found.in_reused(items):
@@ -335,6 +374,8 @@ def deduplicate_external_data(
         weights_paths=weights.outputs,
         unreferenced=stale,
         removed=removed,
+        files_copied=companions.targets,
+        files_left=companions.left,
     )
 
 

@@ -205,8 +205,22 @@ class SourceFiles:
             raise ValueError(f"model file {shown(path)} was replaced while being opened; run again")
         return self._register(_source(path, fst, "model", real), fd)
 
-    def data(self, folder: str, roots: tuple[str, ...], location: str, label) -> SourceFile:
+    def data(
+        self,
+        folder: str,
+        roots: tuple[str, ...],
+        location: str,
+        label,
+        *,
+        noun: str = "tensor",
+        kind: str = "external data file",
+        fix: str = "",
+    ) -> SourceFile:
         """Open and check the data file ``location`` of ``folder``, once.
+
+        The one rule for the files a model brings: its references, and the
+        files a writer copies beside the models it writes (``with_files``,
+        :mod:`~onnx_light.onnx._write.companions`).
 
         Args:
             folder: the model's folder, as named.
@@ -215,6 +229,9 @@ class SourceFiles:
             location: a location already checked by ``check_location``.
             label: the tensor that references it, for messages (anything
                 whose ``str`` names it, formatted only when needed).
+            noun: what ``label`` is, opening every message ("tensor W: ...").
+            kind: what the file is, in the messages.
+            fix: appended to the message of a file outside the folders: what to do.
 
         Raises:
             FileNotFoundError: the file does not exist.
@@ -233,25 +250,23 @@ class SourceFiles:
             if len(roots) > 1 and roots[1] != roots[0]:
                 where += f" and the folder of the model file's real path {shown(roots[1])}"
             raise ExternalDataError(
-                f"tensor {label}: location {shown(location)} resolves to {shown(real)}, "
-                f"outside {where} (symlink?)",
+                f"{noun} {label}: location {shown(location)} resolves to {shown(real)}, "
+                f"outside {where} (symlink?){fix}",
                 reason=OUTSIDE,
             )
         try:
             st = os.stat(path)  # before opening: a FIFO or a device is never opened
         except FileNotFoundError:
             raise FileNotFoundError(
-                f"tensor {label}: external data file {shown(path)} does not exist"
+                f"{noun} {label}: {kind} {shown(path)} does not exist"
             ) from None
         except OSError as e:
             raise type(e)(
                 e.errno,
-                f"tensor {label}: cannot reach external data file {shown(path)}: {e.strerror}",
+                f"{noun} {label}: cannot reach {kind} {shown(path)}: {e.strerror}",
             ) from None
         if not stat.S_ISREG(st.st_mode):
-            raise ExternalDataError(
-                f"tensor {label}: external data file {shown(path)} is not a regular file"
-            )
+            raise ExternalDataError(f"{noun} {label}: {kind} {shown(path)} is not a regular file")
         fd = os.open(path, _OPEN_FLAGS)  # as any reader opens it: links followed
         try:
             fst = os.fstat(fd)
@@ -262,16 +277,16 @@ class SourceFiles:
                 and identity(real) == (fst.st_dev, fst.st_ino)
             ):
                 raise ExternalDataError(
-                    f"tensor {label}: external data file {shown(path)} was replaced while "
+                    f"{noun} {label}: {kind} {shown(path)} was replaced while "
                     "being checked; run again"
                 )
             if not stat.S_ISREG(fst.st_mode):
                 raise ExternalDataError(
-                    f"tensor {label}: external data file {shown(path)} is not a regular file"
+                    f"{noun} {label}: {kind} {shown(path)} is not a regular file"
                 )
             if fst.st_nlink > 1:
                 raise ExternalDataError(
-                    f"tensor {label}: external data file {shown(path)} has {fst.st_nlink} hard "
+                    f"{noun} {label}: {kind} {shown(path)} has {fst.st_nlink} hard "
                     "links; a hard link can bring any file of the disk into the model folder, "
                     "so it is refused (as onnx does): copy the file to give it a single link"
                 )
