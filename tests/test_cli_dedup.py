@@ -12,6 +12,7 @@ import io
 import json
 import os
 import struct
+import subprocess
 import sys
 
 import numpy as np
@@ -424,3 +425,162 @@ def test_dedup_out_says_the_exporter_files_stay_behind(tmp_path, capsys):
         "a.onnx", "b.onnx", "config.json", "generation_config.json", "weights.data"
     ]  # fmt: skip
     assert (tmp_path / "out2" / "config.json").read_text() == '{"model_type": "gpt2"}'
+
+
+# -- --with-files: which files it copies, and how ---------------------------------
+
+
+def _with_files_pair(tmp_path) -> list[str]:
+    """Two models of src/ with an exporter's config.json and tokenizer.json beside them."""
+    srcs = _pair(tmp_path / "src")
+    (tmp_path / "src" / "config.json").write_text('{"model_type": "gpt2"}')
+    (tmp_path / "src" / "tokenizer.json").write_bytes(os.urandom(2 * 1024 * 1024))
+    (tmp_path / "out").mkdir()
+    return srcs
+
+
+@pytest.mark.parametrize("link", ["absolute", "relative", "hard"])
+def test_dedup_with_files_refuses_a_file_from_elsewhere(tmp_path, capsys, link):
+    """A model folder whose tokenizer.json links to a file elsewhere on the machine: the
+    copy would hand that file out in the output folder. Refused by name (where it
+    points, what to do), before anything is written."""
+    srcs = _pair(tmp_path / "src")
+    (tmp_path / "src" / "config.json").write_text("{}")
+    secret = tmp_path / "elsewhere" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("the host's secret")
+    stray = tmp_path / "src" / "tokenizer.json"
+    if link == "absolute":
+        os.symlink(secret, stray)
+    elif link == "relative":
+        os.symlink("../elsewhere/secret.txt", stray)
+    else:
+        os.link(secret, stray)
+    (tmp_path / "out").mkdir()
+    before = folder_digest(tmp_path / "src")
+    code, out, err = _cli(capsys, "dedup", *srcs, "--out", tmp_path / "out", "--with-files")
+    assert code == 1 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "tokenizer.json" in lines[0]
+    if link == "hard":
+        assert "2 hard links" in lines[0] and "copy the file" in lines[0]
+    else:
+        assert str(secret) in lines[0] and "outside the model folder" in lines[0]
+        assert "put a copy of it there in place of the link" in lines[0]
+    assert os.listdir(tmp_path / "out") == []  # not the models either
+    assert folder_digest(tmp_path / "src") == before
+
+
+def _hf_repo_snapshot(tmp_path) -> tuple[list[str], dict[str, bytes]]:
+    """A Hugging Face cache repo: snapshots/<rev>/onnx/ holds two models, their data and
+    the exporter's files, every one a link into the repo's blobs/."""
+    work = tmp_path / "work"
+    srcs = _pair(work)
+    (work / "config.json").write_text('{"model_type": "gpt2"}')
+    (work / "tokenizer.json").write_text('{"version": "1.0"}')
+    repo = tmp_path / "models--org--name"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    snap = repo / "snapshots" / "0123abcd" / "onnx"
+    snap.mkdir(parents=True)
+    up = os.path.relpath(repo / "blobs", snap)
+    files = {}
+    for k, name in enumerate(sorted(os.listdir(work))):
+        files[name] = (work / name).read_bytes()
+        os.replace(work / name, repo / "blobs" / f"{k:04d}beef")
+        os.symlink(os.path.join(up, f"{k:04d}beef"), snap / name)
+    return [str(snap / os.path.basename(s)) for s in srcs], files
+
+
+def test_dedup_with_files_from_a_hf_snapshot(tmp_path, capsys):
+    """In a Hugging Face snapshot every file is a link into blobs/, the folder of the
+    models' real paths: the exporter's files are copied, as plain files; a link from
+    the snapshot to another file of the repo (refs/main) is refused all the same."""
+    srcs, files = _hf_repo_snapshot(tmp_path)
+    snap = os.path.dirname(srcs[0])
+    os.symlink("../../../refs/main", os.path.join(snap, "revision.txt"))
+    out = tmp_path / "out"
+    out.mkdir()
+    code, text, err = _cli(capsys, "dedup", *srcs, "--out", out, "--with-files")
+    assert code == 1 and "revision.txt" in err and "refs/main" in err, err
+    assert os.listdir(out) == []
+    os.unlink(os.path.join(snap, "revision.txt"))
+    code, text, err = _cli(capsys, "dedup", *srcs, "--out", out, "--with-files")
+    assert code == 0, err
+    assert "copied beside them: config.json, tokenizer.json" in text
+    assert sorted(os.listdir(out)) == [
+        "a.onnx", "b.onnx", "config.json", "tokenizer.json", "weights.data"
+    ]  # fmt: skip
+    for name in ("config.json", "tokenizer.json"):
+        assert not os.path.islink(out / name)
+        assert (out / name).read_bytes() == files[name]
+    assert _arrays(onnxl.load(out / "b.onnx")) == _arrays(onnxl.load(srcs[1]))
+
+
+_CLI = "import sys; from onnx_light.cli import main; sys.exit(main(sys.argv[1:]))"
+_FSIZE_CLI = (
+    """
+import resource, signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit returns EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (1024 * 1024, 1024 * 1024))
+"""
+    + _CLI
+)
+
+
+def _mounted_tmpfs(folder, size: str) -> bool:
+    if os.geteuid() != 0:
+        return False
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
+    )
+    return done.returncode == 0
+
+
+@pytest.mark.parametrize("limit", ["file size limit", "full tmpfs"])
+def test_dedup_with_files_full_disk_leaves_nothing(tmp_path, limit):
+    """The models fit, a 2 MiB tokenizer.json does not: the command fails and leaves
+    no file under its final name (no truncated tokenizer.json a retry would keep), and
+    no temporary file."""
+    srcs = _with_files_pair(tmp_path)
+    out = tmp_path / "out"
+    argv = ["dedup", *srcs, "--out", str(out), "--with-files"]
+    if limit == "full tmpfs":
+        if not _mounted_tmpfs(out, "1m"):
+            pytest.skip("cannot mount a small tmpfs here (needs root)")
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", _CLI, *argv], capture_output=True, text=True
+            )
+            names = os.listdir(out)
+        finally:
+            subprocess.run(["umount", "-l", str(out)], capture_output=True)
+        assert "No space left" in done.stderr, done.stderr
+    else:
+        done = subprocess.run(
+            [sys.executable, "-c", _FSIZE_CLI, *argv], capture_output=True, text=True
+        )
+        names = os.listdir(out)
+        assert "File too large" in done.stderr, done.stderr
+    assert done.returncode == 1, done.stderr
+    assert "tokenizer.json" in done.stderr and "Traceback" not in done.stderr
+    assert names == []
+
+
+def test_dedup_with_files_replaces_a_stale_copy(tmp_path, capsys):
+    """A retry over a folder where a copy was cut short: the truncated tokenizer.json is
+    replaced by the whole file, not kept as "already there"."""
+    srcs = _with_files_pair(tmp_path)
+    whole = (tmp_path / "src" / "tokenizer.json").read_bytes()
+    (tmp_path / "out" / "tokenizer.json").write_bytes(whole[:938_000])
+    (tmp_path / "out" / "config.json").write_text('{"model_type": "older"}')
+    code, out, err = _cli(capsys, "dedup", *srcs, "--out", tmp_path / "out", "--with-files")
+    assert code == 0, err
+    assert "kept" not in out and "copied beside them: config.json, tokenizer.json" in out
+    assert (tmp_path / "out" / "tokenizer.json").read_bytes() == whole
+    assert (tmp_path / "out" / "config.json").read_text() == '{"model_type": "gpt2"}'
+    assert sorted(os.listdir(tmp_path / "out")) == [
+        "a.onnx", "b.onnx", "config.json", "tokenizer.json", "weights.data"
+    ]  # fmt: skip

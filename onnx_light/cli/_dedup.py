@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 
 from onnx_light._progress import human, rate
 from onnx_light.onnx import DedupResult, deduplicate_external_data
@@ -25,7 +24,7 @@ def cmd_dedup(args: argparse.Namespace) -> int:
     Args:
         args: the parsed arguments (sources, out, in_place, weights,
             alignment, chunk_size, size_threshold, max_shard_size, reuse,
-            prune, quiet).
+            prune, with_files, quiet).
 
     Returns:
         The exit code, 0.
@@ -33,6 +32,9 @@ def cmd_dedup(args: argparse.Namespace) -> int:
     Raises:
         ValueError: two sources share a name with ``--out``, the folder is
             missing, or ``--out`` is the sources' own folder.
+        ExternalDataError: with ``--with-files``, a file of the sources'
+            folders links outside them (or has several hard links): refused
+            by name, before anything is written.
     """
     srcs, dsts = args.sources, _dedup_destinations(args)
     extra = _exporter_files(srcs) if args.out else []
@@ -54,21 +56,22 @@ def cmd_dedup(args: argparse.Namespace) -> int:
             chunk_size=args.chunk_size,
             durable=args.durable,
             drop_behind=args.drop_behind,
+            with_files=extra if args.with_files else (),
         ),
     )
-    copied, notes = _bring_files(extra, args.out) if args.with_files else ([], [])
     if not args.quiet:
         print(_dedup_summary(args, result, len(srcs), elapsed))
-        for line in [*_out_notes(args, dsts, extra, copied), *notes]:
+        for line in _out_notes(args, dsts, extra, result):
             print(printable(line))
     return 0
 
 
 def _out_notes(
-    args: argparse.Namespace, dsts: list[str], extra: list[str], copied: list[str]
+    args: argparse.Namespace, dsts: list[str], extra: list[str], result: DedupResult
 ) -> list[str]:
     """What ``dedup --out`` named otherwise, and the exporter's files: copied, or not."""
     lines = []
+    copied = [os.path.basename(p) for p in result.files_copied]
     renamed = [
         f"{printable(s)} -> {printable(os.path.basename(d))}"
         for s, d in zip(args.sources, dsts, strict=True)
@@ -86,6 +89,9 @@ def _out_notes(
             f"the sources' folder also holds {shown}{more}, which loaders such as optimum's "
             "ORTModel and onnxruntime-genai read beside the models: --with-files copies them"
         )
+    for path, first in result.files_left:
+        target = os.path.join(args.out, os.path.basename(path))
+        lines.append(f"not copied: {path} ({target} holds the copy of {first})")
     return lines
 
 
@@ -175,37 +181,6 @@ def _exporter_files(sources: list[str]) -> list[str]:
             if name.endswith(EXPORTER_FILES) and os.path.isfile(path):
                 found.append(path)
     return found
-
-
-def _bring_files(files: list[str], folder: str) -> tuple[list[str], list[str]]:
-    """Copy ``files`` into ``folder``: a file of that name already there is kept, and
-    of two sources' files with one name the first is copied.
-
-    Returns:
-        ``(names copied, notes on what was not)``.
-    """
-    copied, notes, taken = [], [], {}
-    for path in files:
-        name = os.path.basename(path)
-        target = os.path.join(folder, name)
-        if name in taken:
-            if not _same_bytes(path, target):
-                notes.append(f"not copied: {path} ({target} holds {taken[name]})")
-            continue
-        if os.path.lexists(target):
-            notes.append(f"kept: {target}, already there (not replaced by {path})")
-            taken[name] = "the file that was there"
-            continue
-        shutil.copyfile(path, target)
-        copied.append(name)
-        taken[name] = f"the copy of {path}"
-    return copied, notes
-
-
-def _same_bytes(a: str, b: str) -> bool:
-    """True when two small files hold the same bytes."""
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        return fa.read() == fb.read()
 
 
 def _dedup_summary(
@@ -300,7 +275,11 @@ def add_parser(sub) -> None:
         action="store_true",
         help="with --out: copy the exporter's other files (config.json, generation_config.json, "
         "tokenizer files, genai_config.json: *.json, *.txt, *.model, *.tiktoken, *.jinja) "
-        "beside the models, never a model or weights file",
+        "beside the models, never a model or weights file, with the models (an error leaves "
+        "none of them; a file of that name in DIR is replaced). A file is copied only when, "
+        "links resolved, it lies in its model's folder or in the folder of the model file's "
+        "real path (a Hugging Face snapshot's blobs/), as the models' data files: any other "
+        "link is refused by name and nothing is written",
     )
     where.add_argument(
         "--in-place",
