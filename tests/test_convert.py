@@ -379,3 +379,82 @@ def test_inline_tensors_at_the_threshold_move_out(tmp_path):
     }
     for name, t in _tensors(str(tmp_path / "o.onnx")).items():
         assert onh.to_array(t).tobytes() == onh.to_array(expected[name]).tobytes(), name
+
+
+# -- the clipping limits' numpy type ----------------------------------------------------
+
+_NAN_BITS = [0x7F800001, 0xFF800001, 0x7FC00001, 0xFFC00001, 0x7FC00000, 0xFFBFFFFF]
+
+
+def _edge_values(n: int) -> np.ndarray:
+    """``n`` float32 values: NaN payloads (signalling and quiet, both signs), subnormals,
+    values under and beyond the limits, infinities, zeros, then ordinary values."""
+    special = np.concatenate(
+        [
+            np.array(_NAN_BITS, np.uint32).view(np.float32),
+            np.array([1e-40, -1e-40, 1e-9, -3e-8, 5e-8, -9e-8, 2e-7], np.float32),
+            np.array([2e4, -2e4, 1e5, -7e4, 65519, np.inf, -np.inf, 0.0, -0.0], np.float32),
+        ]
+    )
+    values = np.linspace(-3, 3, n, dtype=np.float32)
+    values[: special.size] = special
+    return values
+
+
+def _limits_model(folder) -> str:
+    """Each way a float32 tensor can be held, each with the edge values: external (E),
+    inline and moved out (B, 2 KiB), inline and kept (S, 256 bytes), in float_data (D)."""
+    inits = [
+        onh.from_array(_edge_values(1024), "E"),
+        onh.from_array(_edge_values(512), "B"),
+        onh.from_array(_edge_values(64), "S"),
+        oh.make_tensor("D", F, [64], _edge_values(64).tolist()),
+    ]
+    nodes = [oh.make_node("Add", ["X", name], [f"Y{name}"]) for name in "EBSD"]
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("X", F, [1])],
+        [oh.make_tensor_value_info(f"Y{name}", F, None) for name in "EBSD"],
+        inits,
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    onnx.external_data_helper.convert_model_to_external_data(
+        model, all_tensors_to_one_file=True, location="src.data", size_threshold=4096
+    )
+    path = str(folder / "src.onnx")
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "low, high",
+    [(np.float64(1e-7), np.float64(1e4)), (1e-7, 1e4), (5.96e-08, 65504.0)],
+    ids=["float64-limits", "float-limits", "defaults"],
+)
+def test_the_limits_type_is_onnxruntimes_bit_for_bit(tmp_path, low, high):
+    """A numpy float64 limit makes onnxruntime's converter clip in float64 (a NaN
+    payload then comes out quiet), a Python float in float32 (kept): each tensor,
+    external or inline, NaN bits included, is what onnxruntime's converter makes."""
+    src = _limits_model(tmp_path)
+    held = onnx.load(src, load_external_data=False).graph.initializer
+    assert {t.name: t.data_location for t in held} == {
+        "E": onnx.TensorProto.EXTERNAL,
+        "B": onnx.TensorProto.DEFAULT,
+        "S": onnx.TensorProto.DEFAULT,
+        "D": onnx.TensorProto.DEFAULT,
+    }
+    onnxl.convert_float_to_float16(
+        src, tmp_path / "o.onnx", min_positive_val=low, max_finite_val=high
+    )
+    expected = float16.convert_float_to_float16(
+        onnx.load(src), min_positive_val=low, max_finite_val=high
+    )
+    out = onnx.load(tmp_path / "o.onnx", load_external_data=False).graph.initializer
+    moved = {t.name for t in out if t.data_location == onnx.TensorProto.EXTERNAL}
+    assert moved == {"E", "B"}  # streamed and cast; S and D converted in memory
+    ours = _tensors(str(tmp_path / "o.onnx"))
+    for t in expected.graph.initializer:
+        got = onh.to_array(ours[t.name]).view(np.uint16)
+        want = onh.to_array(t).view(np.uint16)
+        assert [hex(b) for b in got] == [hex(b) for b in want], t.name

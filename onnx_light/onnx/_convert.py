@@ -71,8 +71,10 @@ class ConvertResult:
 
 def _casts(model, external, min_positive_val: float, max_finite_val: float) -> dict:
     """``{tensor path: Cast}`` of the external tensors the graph rules retyped: their
-    float32 bytes clipped and cast as onnxruntime's converter does."""
-    conversion = Conversion(FLOAT, FLOAT16, float(min_positive_val), float(max_finite_val))
+    float32 bytes clipped and cast as onnxruntime's converter does. The limits keep
+    their type: a numpy float64 one makes numpy compare in float64 (a NaN payload
+    comes out quiet), a Python float in float32, there as here."""
+    conversion = Conversion(FLOAT, FLOAT16, min_positive_val, max_finite_val)
     retyped = {id(tensor) for _, tensor in external}
     return {
         site.path: Cast(conversion, site)
