@@ -7,12 +7,12 @@ own name, in its own commit:
 
 - each file lies in the folder of a source model and follows the rule for
   that model's data files (:meth:`~onnx_light.onnx._read.sources.SourceFiles.data`,
-  with the folders the model's resolver allows): once links are resolved it
-  lies inside the model's folder, or inside the folder of the model file's
-  real path (a Hugging Face snapshot links its files into ``blobs/``), and it
-  is a regular file with a single hard link. Any other file is refused by
-  name before anything is written: a link to a file elsewhere on the machine
-  never reaches an output folder;
+  with the folders the model's resolver allows, any model of that folder):
+  once links are resolved it lies inside the model's folder, or inside the
+  folder of the model file's real path (a Hugging Face snapshot links its
+  files into ``blobs/``), and it is a regular file with a single hard link.
+  Any other file is refused by name before anything is written: a link to a
+  file elsewhere on the machine never reaches an output folder;
 - its bytes are read from the descriptor opened when it was checked and
   copied by the copy engine to a temporary file beside its destination,
   renamed with the models (:class:`~onnx_light.onnx._commit.atomic.AtomicFiles`):
@@ -108,24 +108,32 @@ class Companions:
         """
         if isinstance(paths, (str, bytes, os.PathLike)):
             raise TypeError("with_files is a list of paths, not one path")
-        by_folder: dict[str, str] = {}
+        by_folder: dict[str, list[str]] = {}
         for src in sources:
-            by_folder.setdefault(os.path.dirname(src), src)
+            by_folder.setdefault(os.path.dirname(src), []).append(src)
+        roots_of: dict[str, tuple[str, ...]] = {}
         firsts: dict[str, _Copy] = {}
         later: list[_Copy] = []
         for given in paths:
             path = kernel_path(given)
             home, name = os.path.split(path)
-            model = by_folder.get(home)
-            if model is None:
+            models = by_folder.get(home)
+            if models is None:
                 raise ValueError(
                     f"{shown(path)} is not in the folder of a source model "
                     f"({', '.join(shown(f) for f in by_folder)}): only the files beside the "
                     "models are copied; copy it yourself, or leave it out"
                 )
-            roots = Resolver(home, files, model=files.model(model)).roots
+            if home not in roots_of:  # what the references of its models may reach
+                roots_of[home] = tuple(
+                    dict.fromkeys(
+                        root
+                        for model in models
+                        for root in Resolver(home, files, model=files.model(model)).roots
+                    )
+                )
             source = files.data(
-                home, roots, name, name, noun="copying", kind="file", fix=OUTSIDE_FIX
+                home, roots_of[home], name, name, noun="copying", kind="file", fix=OUTSIDE_FIX
             )
             entry = _Copy(path, source, os.path.join(folder, name))
             if name in firsts:
