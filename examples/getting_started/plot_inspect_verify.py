@@ -4,169 +4,77 @@
 Inspect a model's weights and verify its references
 ===================================================
 
-A model with external data is two files or more: the ``.onnx`` holds the
-graph and, for each big tensor, a reference (a file name, an offset, a
-length) into a weights file. ``onnx-light info`` lists those references
-and how they are aligned; ``onnx-light verify`` checks that each one
-resolves and fits in its file. Neither reads a weight.
-
-This example inspects a good model, as a table and as JSON, then breaks a
-copy of it (its weights file cut short, as by an interrupted download) and
-shows what ``verify`` and :func:`onnx_light.onnx.load` say: the tensor, the
-file, and the bytes that are missing. See :ref:`l-cli` for every option.
+A model with external data is two files or more: the ``.onnx`` holds the graph
+and, for each big tensor, a reference (file, offset, length) into a weights
+file. ``onnx-light info`` lists those references and how they are aligned;
+``onnx-light verify`` checks that each one resolves and fits in its file,
+reading no weight. This page runs both from Python as ``python -m onnx_light``
+to show what they print (every option: :ref:`l-cli`).
 """
 
 # %%
 # A model with external data
 # --------------------------
 
-import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
-import matplotlib.pyplot as plt
+import numpy as np
 import onnx
-import pandas
+from onnx import TensorProto, helper, numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, show_command, sized
-from onnx_light.bench.figures import STATE_COLORS
 
-N_WEIGHTS, DIM = sized((8, 1024), quick=(4, 256))
+rng = np.random.default_rng(0)
+weights = [rng.standard_normal((500, 500), dtype=np.float32) for _ in range(4)]
+nodes = [helper.make_node("MatMul", [f"X{i}", f"W{i}"], [f"X{i + 1}"]) for i in range(4)]
+x = helper.make_tensor_value_info("X0", TensorProto.FLOAT, [1, 500])
+y = helper.make_tensor_value_info("X4", TensorProto.FLOAT, [1, 500])
+inits = [numpy_helper.from_array(w, f"W{i}") for i, w in enumerate(weights)]
+model = helper.make_model(helper.make_graph(nodes, "chain", [x], [y], inits))
+folder = Path(tempfile.mkdtemp())  # in real use, the model's own folder
+onnx.save(model, folder / "model.onnx", save_as_external_data=True, location="model.onnx.data")
 
-folder = tempfile.mkdtemp(prefix="onnx-light-inspect-")
-good = os.path.join(folder, "good")
-os.mkdir(good)
-onnx.save(
-    make_gemm_model(N_WEIGHTS, DIM),
-    os.path.join(good, "model.onnx"),
-    save_as_external_data=True,
-    location="model.onnx.data",
-)
+
+def onnx_light(*args: str) -> int:
+    """Run ``onnx-light ARGS`` in the model's folder, print what it says, return its exit code."""
+    command = [sys.executable, "-m", "onnx_light", *args]
+    proc = subprocess.run(command, cwd=folder, capture_output=True, text=True)
+    print(f"$ onnx-light {' '.join(args)}\n{proc.stdout}{proc.stderr}")
+    return proc.returncode
 
 
 # %%
-# ``onnx-light info``: where every tensor's bytes live
-# ----------------------------------------------------
+# Where each tensor's bytes live; every reference valid
+# -----------------------------------------------------
+
+assert onnx_light("info", "model.onnx") == 0
+assert onnx_light("verify", "model.onnx") == 0
+
+# %%
+# A weights file cut short
+# ------------------------
 #
-# One row per tensor (data type, shape, file, offset, length, and
-# ``offset 2^k``: the largest power of two dividing the offset), the
-# totals per file, and whether every offset is a multiple of 4096 and of
-# 65536. onnx writes the tensors back to back: this model is not aligned
-# (:ref:`l-example-plot-realign` fixes that).
-# :func:`onnx_light.bench.show_command` runs ``onnx-light`` in the example's
-# folder and prints what it says, paths relative to that folder.
+# What an interrupted download leaves: ``verify`` names each tensor that no longer
+# fits, and exits with 1; :func:`onnx_light.onnx.load` makes the same check first.
 
-show_command("info", "good/model.onnx", cwd=folder)
-
-# %%
-# ``--json`` prints the same as one JSON document, for scripts (on a
-# failure too: ``{"error": ..., "model": ...}``).
-
-info = json.loads(show_command("info", "good/model.onnx", "--json", lines=16, cwd=folder))
-print(sorted(info))
-print(info["files"])
-
-# %%
-# Its tensors, as a table:
-
-tensors = pandas.DataFrame(info["tensors"]).set_index("name")
-tensors[["dtype", "shape", "location", "offset", "length"]].head(4)
-
-# %%
-# ``onnx-light verify``: every reference resolves and fits
-# --------------------------------------------------------
-#
-# For each external tensor: its file exists and stays inside the model's
-# folder, its byte range fits in the file, and its length matches its data
-# type and shape.
-
-show_command("verify", "good/model.onnx", cwd=folder)
-
-# %%
-# A broken copy: the weights file cut short
-# -----------------------------------------
-#
-# The copy's ``model.onnx.data`` loses its last 40%, what an interrupted
-# download or a full disk leaves behind. ``info`` still lists the
-# references (it reads no weight) and shows the file shorter than the
-# bytes it should hold; ``verify`` names each tensor that no longer fits,
-# the file, and the range that is missing, and exits with 1.
-
-broken = os.path.join(folder, "broken")
-shutil.copytree(good, broken)
-data = os.path.join(broken, "model.onnx.data")
-full_size = os.path.getsize(data)
-cut = int(full_size * 0.6)
-os.truncate(data, cut)
-print(f"model.onnx.data: {full_size} bytes, cut to {cut}")
-
-show_command("verify", "broken/model.onnx", expect=1, cwd=folder)
-
-# %%
-# The same check runs before :func:`onnx_light.onnx.load` reads any weight:
-# it raises :class:`onnx_light.onnx.ExternalDataError` with the same
-# message (the first problem found).
-
+os.truncate(folder / "model.onnx.data", 2_500_000)
+assert onnx_light("verify", "model.onnx") == 1
 try:
-    onnxl.load(os.path.join(broken, "model.onnx"))
-except onnxl.ExternalDataError as e:
-    print(type(e).__name__, str(e).replace(folder + os.sep, ""), sep=": ")
-else:
-    raise AssertionError("a truncated weights file should not load")
+    onnxl.load(folder / "model.onnx")
+except onnxl.ExternalDataError as error:
+    print("onnx_light.onnx.load:", error)
+shutil.rmtree(folder)
 
 # %%
-# A script finds the same from ``info --json``: a tensor whose
-# ``offset + length`` is past its file's ``file_size``.
-
-broken_info = json.loads(show_command("info", "broken/model.onnx", "--json", lines=4, cwd=folder))
-sizes = {f["location"]: f["file_size"] for f in broken_info["files"]}
-cut_off = [
-    t["name"] for t in broken_info["tensors"] if t["offset"] + t["length"] > sizes[t["location"]]
-]
-print(f"file sizes: {sizes}")
-print(f"tensors past the end: {cut_off}")
-assert cut_off
-
-# %%
-# The picture
-# -----------
+# In a shell, or a script (``--json`` prints one JSON document instead):
 #
-# Each tensor's byte range in ``model.onnx.data``, from the JSON above,
-# against the end of the truncated file: the tensors that ``verify``
-# reported are the ones that cross it.
-
-MiB = 2**20
-fig, ax = plt.subplots(figsize=(8, 4.2))
-rows = broken_info["tensors"][::-1]  # the first tensor on top
-for y, t in enumerate(rows):
-    lost = t["name"] in cut_off
-    ax.broken_barh(
-        [(t["offset"] / MiB, t["length"] / MiB)],
-        (y - 0.4, 0.8),
-        color=STATE_COLORS["bad" if lost else "good"],
-    )
-ax.axvline(cut / MiB, color="black", ls="--", lw=1.5)
-ax.text(cut / MiB, len(rows) - 0.5, " the file ends here", va="center", fontsize=10)
-ax.set_yticks(range(len(rows)), [t["name"] for t in rows])
-ax.set_ylim(-0.7, len(rows) + 0.3)
-ax.set_xlabel("position in model.onnx.data (MiB)")
-ax.set_ylabel("tensor")
-ax.set_title("Truncated weights: tensors complete (green), cut off (red)")
-fig.tight_layout()
-plt.show()
-
-# %%
-# Clean up
-# --------
-
-shutil.rmtree(folder, ignore_errors=True)
-
-# %%
-# Related examples
-# ----------------
+# .. code-block:: bash
 #
-# * :ref:`l-example-plot-realign`: align the offsets ``info`` shows.
-# * :ref:`l-example-plot-hf-cache`: inspect a model inside a Hugging Face
-#   cache.
+#    onnx-light info model.onnx
+#    onnx-light verify model.onnx || echo "a reference is broken"
+#    onnx-light verify --json model.onnx
