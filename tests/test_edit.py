@@ -334,3 +334,286 @@ def test_sharing_with_only_new_tensors_and_no_weights_is_fine(tmp_path):
     onnx.save(model, str(path))
     meta = onnxl.load(path, load_external_data=False)
     assert onnxl.save_edited(meta, path, tmp_path / "copy.onnx", share_weights=True) == 0
+
+
+# -- retyped tensors: the bytes follow the dtype, whatever its width ------------------
+
+F16, BF16 = onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16
+
+
+def _bfloat16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits in plain numpy: round to nearest even (NaN: its top half)."""
+    bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(values)
+    rounded[nan] = (bits[nan] >> 16).astype(np.uint16) | 0x40
+    return rounded
+
+
+def _widened(bfloat16_bits: np.ndarray) -> np.ndarray:
+    return (bfloat16_bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _one_weight(folder, data_type: int, raw: bytes, dims: list[int]) -> str:
+    """m.onnx: Y = Identity(W), W external in m.onnx.data with ``raw`` as its bytes."""
+    w = onnx.TensorProto(name="W", data_type=data_type, dims=dims, raw_data=raw)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["W"], ["Y"])],
+        "g",
+        [],
+        [onnx.helper.make_tensor_value_info("Y", data_type, dims)],
+        [w],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
+    path = os.path.join(folder, "m.onnx")
+    onnx.save(model, path, save_as_external_data=True, location="m.onnx.data", size_threshold=0)
+    return path
+
+
+def _retype(model: onnx.ModelProto, names, data_type: int) -> onnx.ModelProto:
+    """What a graph tool does: the tensors' and the outputs' types changed, not the bytes."""
+    for tensor in model.graph.initializer:
+        if tensor.name in names:
+            tensor.data_type = data_type
+    for value in model.graph.output:
+        value.type.tensor_type.elem_type = data_type
+    return model
+
+
+def _saved(path) -> dict[str, onnx.TensorProto]:
+    return {t.name: t for t in onnx.load(str(path)).graph.initializer}
+
+
+EDGE16 = np.array(
+    [1, 2, 3, 4, 5, 6, 7, 0.0, -0.0, 65504, -65504, 6.1e-05, 6e-08, 1.0009765625, 1.005859375,
+     -3.140625, np.inf, -np.inf, np.nan],
+    dtype=np.float16,
+)  # fmt: skip
+EDGE_BF16 = _bfloat16_bits(
+    np.array(
+        [
+            1,
+            2,
+            3,
+            4,
+            5,
+            6,
+            7,
+            0.0,
+            -0.0,
+            65504,
+            65520,
+            1e5,
+            -3e38,
+            1e-8,
+            1e-40,
+            1.00390625,
+            -2.5,
+            np.inf,
+            -np.inf,
+            np.nan,
+        ],
+        dtype=np.float32,
+    )  # fmt: skip
+)
+
+
+@pytest.mark.parametrize(
+    "before, after, raw, expected",
+    [
+        (F16, BF16, EDGE16, lambda: _bfloat16_bits(EDGE16.astype(np.float32))),
+        (BF16, F16, EDGE_BF16, lambda: _widened(EDGE_BF16).astype(np.float16)),
+    ],
+    ids=["float16->bfloat16", "bfloat16->float16"],
+)
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_a_retype_between_two_byte_floats_converts_the_values(
+    tmp_path, before, after, raw, expected
+):
+    """float16 and bfloat16 have the same width: their bytes must still be converted,
+    through float32, as numpy casts (to nearest even, overflow to inf, NaN stays NaN)."""
+    src = _one_weight(tmp_path, before, raw.tobytes(), [len(raw)])
+    model = _retype(onnxl.load(src, load_external_data=False), {"W"}, after)
+    (tmp_path / "out").mkdir()
+    onnxl.save_edited(model, src, tmp_path / "out" / "e.onnx")
+    tensor = _saved(tmp_path / "out" / "e.onnx")["W"]
+    assert tensor.data_type == after
+    got = np.frombuffer(tensor.raw_data, np.uint16)
+    want = expected().view(np.uint16)
+    values = _widened(got) if after == BF16 else got.view(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(values[:7], np.arange(1, 8, dtype=np.float32))
+    nan = np.isnan(values)
+    assert nan.sum() == 1 and nan[-1]  # NaN stays NaN
+    assert np.array_equal(got[~nan], want[~nan])  # every other value, bit for bit
+    assert (values[[-3, -2]] == [np.inf, -np.inf]).all()
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        (onnx.TensorProto.INT32, onnx.TensorProto.FLOAT),
+        (onnx.TensorProto.FLOAT, onnx.TensorProto.UINT32),
+        (onnx.TensorProto.INT16, F16),
+        (BF16, onnx.TensorProto.INT16),
+        (onnx.TensorProto.UINT8, onnx.TensorProto.INT8),
+    ],
+    ids=lambda code: onnx.TensorProto.DataType.Name(code),
+)
+@pytest.mark.parametrize("share", [False, True], ids=["compact", "sharing"])
+def test_a_retype_of_the_same_width_the_bytes_cannot_follow_is_refused(
+    tmp_path, before, after, share
+):
+    """Same byte length, another dtype: refused (naming the tensor, both dtypes and the
+    file) rather than the bytes read as the new dtype."""
+    src = _one_weight(
+        tmp_path,
+        before,
+        bytes(range(1, 17)),
+        [16 // onnxl.helper.tensor_dtype_to_np_dtype(before).itemsize],
+    )
+    model = _retype(onnxl.load(src, load_external_data=False), {"W"}, after)
+    name = onnx.TensorProto.DataType.Name
+    with pytest.raises(onnxl.ExternalDataError) as info:
+        onnxl.save_edited(model, src, tmp_path / "e.onnx", share_weights=share)
+    message = str(info.value)
+    assert "'W'" in message and "m.onnx" in message
+    assert name(before) in message and name(after) in message
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "m.onnx.data"]
+
+
+def test_a_retype_whose_dims_reread_the_bytes_is_refused(tmp_path):
+    """float32 [16] given float16 [32]: the byte length fits the new dtype, but the
+    values are the source's float32 ones: refused, not read as 32 halves."""
+    src = _one_weight(
+        tmp_path, onnx.TensorProto.FLOAT, np.arange(16, dtype=np.float32).tobytes(), [16]
+    )
+    model = _retype(onnxl.load(src, load_external_data=False), {"W"}, F16)
+    model.graph.initializer[0].dims[:] = [32]
+    with pytest.raises(onnxl.ExternalDataError, match=r"'W'.*does not match.*FLOAT.*FLOAT16"):
+        onnxl.save_edited(model, src, tmp_path / "e.onnx")
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "m.onnx.data"]
+
+
+def _bias_and_table(folder) -> tuple[str, np.ndarray]:
+    """A model whose float32 bias and int64 table hold the same 8 bytes, written by
+    deduplicate_external_data (equal bytes are stored once, whatever the dtype)."""
+    bias = np.float32([1.5, -2.0])
+    table = bias.view(np.int64).copy()
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("Add", ["X", "bias"], ["Y"]),
+            onnx.helper.make_node("Identity", ["table"], ["T"]),
+        ],
+        "g",
+        [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [2])],
+        [
+            onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [2]),
+            onnx.helper.make_tensor_value_info("T", onnx.TensorProto.INT64, [1]),
+        ],
+        [
+            onnxl.numpy_helper.from_array(table, "table"),
+            onnxl.numpy_helper.from_array(bias, "bias"),
+        ],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
+    raw = os.path.join(folder, "raw")
+    os.makedirs(raw)
+    onnx.save(
+        model,
+        os.path.join(raw, "m.onnx"),
+        save_as_external_data=True,
+        location="m.data",
+        size_threshold=0,
+    )
+    dst = os.path.join(folder, "m.onnx")
+    onnxl.deduplicate_external_data([os.path.join(raw, "m.onnx")], [dst], size_threshold=0)
+    places = {loc_off for loc_off in external_offsets(dst)}
+    assert len(places) == 1  # one range, read by both tensors
+    return dst, table
+
+
+def _to_float16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A float16 converter's work on the weightless model: every FLOAT type becomes FLOAT16."""
+    for site_tensor in [*model.graph.initializer]:
+        if site_tensor.data_type == onnx.TensorProto.FLOAT:
+            site_tensor.data_type = F16
+    for value in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
+        if value.type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
+            value.type.tensor_type.elem_type = F16
+    return model
+
+
+TOOLS = {
+    "none": lambda m: m,
+    "add_prefix": lambda m: onnx.compose.add_prefix(m, "p_"),
+    "extractor": lambda m: onnx.utils.Extractor(onnx.shape_inference.infer_shapes(m)).extract_model(
+        ["X"], ["Y"]
+    ),
+    "merge_models": lambda m: onnx.compose.merge_models(
+        m, onnx.compose.add_prefix(m, "b_"), io_map=[("Y", "b_X")], outputs=["b_Y", "T", "b_T"]
+    ),
+}
+
+
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_a_deduplicated_model_takes_a_float16_graph(tmp_path, tool):
+    """deduplicate_external_data stored the float32 bias and the int64 table once: each
+    tensor's bytes are converted as the tensor itself is typed in the source, after
+    a graph tool renamed or moved it."""
+    src, table = _bias_and_table(tmp_path)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # merge_models runs the checker, which reads from the current folder
+    try:
+        model = _to_float16(TOOLS[tool](onnxl.load(src, load_external_data=False)))
+    finally:
+        os.chdir(cwd)
+    (tmp_path / "out").mkdir()
+    onnxl.save_edited(model, src, tmp_path / "out" / "m16.onnx")
+    saved = _saved(tmp_path / "out" / "m16.onnx")
+    biases = [t for name, t in saved.items() if name.endswith("bias")]
+    tables = [t for name, t in saved.items() if name.endswith("table")]
+    assert biases and all(t.data_type == F16 for t in biases)
+    for t in biases:
+        np.testing.assert_array_equal(onnxl.numpy_helper.to_array(t), np.float16([1.5, -2.0]))
+    for t in tables:
+        np.testing.assert_array_equal(onnxl.numpy_helper.to_array(t), table)
+
+
+def test_a_deduplicated_table_retyped_is_refused_as_its_own_dtype(tmp_path):
+    """The int64 table retyped: refused as INT64 -> FLOAT16, whichever tensor of the
+    shared range the source lists first."""
+    src, _ = _bias_and_table(tmp_path)
+    model = _retype(onnxl.load(src, load_external_data=False), {"table"}, F16)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(onnxl.ExternalDataError, match=r"'table'.*INT64.*FLOAT16"):
+        onnxl.save_edited(model, src, tmp_path / "out" / "m16.onnx")
+    assert not os.listdir(tmp_path / "out")
+
+
+def test_a_deduplicated_tensor_renamed_beyond_recognition(tmp_path):
+    """Renamed and moved, the bias matches no source tensor by name or place: it is
+    converted from the one dtype of the shared bytes that converts to its new one, and
+    a dtype none converts to is refused, naming the source's tensors and their dtypes."""
+    src, _ = _bias_and_table(tmp_path)
+    model = onnxl.load(src, load_external_data=False)
+    bias = model.graph.initializer[1]
+    moved = onnx.TensorProto()
+    moved.CopyFrom(bias)
+    moved.name = "b"
+    del model.graph.initializer[1]
+    model.graph.initializer.append(moved)  # graph.initializer[1] again, after the table
+    model.graph.initializer.insert(
+        0, onnx.TensorProto(name="first", data_type=onnx.TensorProto.FLOAT, dims=[0])
+    )
+    model.graph.node[0].input[1] = "b"
+    moved = model.graph.initializer[2]
+    moved.data_type = BF16
+    (tmp_path / "out").mkdir()
+    onnxl.save_edited(model, src, tmp_path / "out" / "e.onnx")
+    saved = _saved(tmp_path / "out" / "e.onnx")
+    assert np.frombuffer(saved["b"].raw_data, np.uint16).tolist() == [0x3FC0, 0xC000]
+    moved.data_type = onnx.TensorProto.INT32
+    with pytest.raises(
+        onnxl.ExternalDataError, match=r"'b'.*'table' \(INT64\).*'bias' \(FLOAT\).*INT32"
+    ):
+        onnxl.save_edited(model, src, tmp_path / "out" / "bad.onnx")

@@ -24,7 +24,7 @@ import onnx
 from ._commit.targets import destination_path, real_entry
 from ._errors import shown
 from ._options import SerializeOptions, check_progress, check_size_threshold
-from ._plan.cast import find_casts, source_dtypes
+from ._plan.cast import find_casts, source_tensors
 from ._read.sources import SourceFiles, kernel_path
 from ._write.save_plan import SavePlan
 from ._write.shards import default_weights
@@ -107,16 +107,32 @@ def save_edited(
       weights' size.
 
     **The bytes follow the dtype.** When the edited model gives an external
-    tensor another ``data_type`` than the source's tensor with the same
-    reference has (a graph tool converted the graph to float16, say), its
-    bytes are converted while they stream into the new weights file, in
-    chunks, in flat memory: float32 -> float16 and float32 -> bfloat16 (round
-    to nearest even; NaN stays NaN, infinities stay infinite, values beyond
-    float16's range become infinite), float16 / bfloat16 -> float32 (exact),
-    float64 -> float32. Converted bytes are new bytes: with
+    tensor another ``data_type`` than the source's tensor it is (a graph tool
+    converted the graph to float16, say), its bytes are converted while they
+    stream into the new weights file, in chunks, in flat memory. The dtypes
+    are compared, not the byte lengths: float16 given bfloat16 keeps the width
+    and is still converted. The conversions: float32 -> float16 and float32
+    -> bfloat16 (round to nearest even; NaN stays NaN, infinities stay
+    infinite, values beyond float16's range become infinite), float16 /
+    bfloat16 -> float32 (exact), float64 -> float32, float16 <-> bfloat16
+    (widened to float32 exactly, then rounded as from float32: bfloat16's
+    large values become infinite in float16). Every other dtype change is
+    refused, naming the tensor, both dtypes and the source; so is a
+    converted tensor whose dims do not hold the source's values. Converted
+    bytes are new bytes: with
     ``share_weights=True`` they go to ``dst_weights_path``, and the rest is
-    shared. Another dtype change is refused, naming the tensor; tensors the
-    tool converted inline are written as it left them.
+    shared. Tensors the tool converted inline are written as they are.
+
+    The source's tensor an edited one is, is found by the tensor itself: its
+    reference, then its place and name in the source. One range of the source
+    may be read by tensors of several dtypes
+    (:func:`~onnx_light.onnx.deduplicate_external_data` stores equal bytes
+    once, whatever their dtype); a tensor the tool moved (the ``Extractor``)
+    is found by its name, one it renamed (``onnx.compose.add_prefix``) by its
+    place or the source name its new name ends with. One that matches none of
+    those tensors keeps its bytes when its dtype is one of theirs, is
+    converted from the one that converts to its dtype, and is refused
+    otherwise.
 
     Every reference is checked (file present, inside the folder, in range,
     matching dtype x dims) before anything is written; the source's files are
@@ -162,9 +178,9 @@ def save_edited(
             missing (the message names the tensor and the path).
         ExternalDataError: a reference is malformed, unsafe or out of range,
             its length fits neither its new dtype nor its source dtype, its
-            dtype changed to one its bytes cannot be converted to, or a
-            destination is a file the model reads (naming the tensor and the
-            file).
+            dtype changed to one its bytes cannot be converted to (naming
+            both dtypes), or a destination is a file the model reads (naming
+            the tensor and the file).
         OSError: disk full or I/O error; nothing is left under the
             destination names.
 
@@ -201,7 +217,7 @@ def save_edited(
         dst_weights_path = default_weights(dst)[0]
     with SourceFiles() as files:
         files.model(src)  # a source, in both modes: no destination may replace it
-        casts = find_casts(model, lambda: source_dtypes(src, files), src)
+        casts = find_casts(model, lambda: source_tensors(src, files), src)
         plan = (_SharingPlan if share_weights else SavePlan)(
             model, dst, dst_weights_path, options, files, casts
         )

@@ -6,6 +6,13 @@ its bytes, which it never saw. A :class:`Cast` records what the bytes are in
 the source (their dtype) and what the edited tensor says they must become;
 the planner sizes the tensor by the result and the writer converts the bytes
 while it streams them (``_write/cast.py``).
+
+What the bytes are is the dtype of the source's tensor the edited tensor is
+(:class:`SourceTensors`), compared whatever the widths: float16 read as
+bfloat16 keeps the byte length and still changes every value. One range of
+the source may be read by tensors of several dtypes (a deduplicated model
+stores equal bytes once), so the source tensor is found by the tensor itself,
+its place and its name, not by the range alone.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from .._errors import ExternalDataError, shown
 from .._read.external import read_entries
 from .._read.scan import scan_model
 from .._read.sources import SourceFiles
-from .._read.tensors import TensorSite, is_external, iter_tensors, tensor_nbytes
+from .._read.tensors import Path, TensorSite, is_external, iter_tensors
 
 __all__ = [
     "BFLOAT16",
@@ -30,11 +37,12 @@ __all__ = [
     "FLOAT",
     "FLOAT16",
     "ITEMSIZE",
+    "SourceTensor",
+    "SourceTensors",
     "conversion_for",
     "dtype_name",
-    "dtypes_by_reference",
     "find_casts",
-    "source_dtypes",
+    "source_tensors",
 ]
 
 FLOAT = onnx.TensorProto.FLOAT
@@ -44,7 +52,8 @@ DOUBLE = onnx.TensorProto.DOUBLE
 ITEMSIZE = {FLOAT: 4, FLOAT16: 2, BFLOAT16: 2, DOUBLE: 8}
 
 # (source dtype, target dtype) the writer converts, each exactly as numpy casts
-# (round to nearest even; NaN stays NaN, infinities stay infinite)
+# (round to nearest even; NaN stays NaN, infinities stay infinite); float16 and
+# bfloat16 go through float32, which holds either exactly
 CONVERSIONS = frozenset(
     {
         (FLOAT, FLOAT16),
@@ -52,6 +61,8 @@ CONVERSIONS = frozenset(
         (FLOAT16, FLOAT),
         (BFLOAT16, FLOAT),
         (DOUBLE, FLOAT),
+        (FLOAT16, BFLOAT16),
+        (BFLOAT16, FLOAT16),
     }
 )
 
@@ -125,49 +136,151 @@ class Cast:
     clipped: int = 0
 
 
-def _key(entries: dict[str, str]) -> tuple[str, int, int] | None:
+Key = tuple[str, int, int]  # (location, offset, length): a range of bytes
+
+
+def _key(entries: dict[str, str]) -> Key | None:
     try:
         return entries["location"], int(entries.get("offset") or 0), int(entries["length"])
     except (KeyError, ValueError):
         return None  # no length, or not a number: the resolver says what is wrong
 
 
-def _length(tensor: onnx.TensorProto) -> int | None:
-    """The ``length`` entry of an external tensor when it is a short plain number."""
-    for entry in tensor.external_data:
-        if entry.key == "length":
-            value = entry.value
-            return int(value) if len(value) < 20 and value.isascii() and value.isdigit() else None
-    return None
+@dataclass(frozen=True, slots=True)
+class SourceTensor:
+    """An external tensor of the source model: where it is, what it is called, its dtype."""
+
+    path: Path
+    name: str
+    data_type: int
+
+    def __str__(self) -> str:
+        return f"{self.name!r} ({dtype_name(self.data_type)})"
+
+
+class SourceTensors:
+    """The external tensors of the source model, found from an edited tensor.
+
+    A tool keeps a tensor where it was and as it was named (shape inference,
+    the version converter, a float16 converter), moves it (the ``Extractor``
+    keeps some initializers, in its own order) or renames it
+    (``onnx.compose.add_prefix``, ``merge_models``' second model). Its
+    reference (location, offset, length) is the one the source gave it, and
+    the source's tensors with that reference are the candidates; when they
+    disagree on the dtype (equal bytes stored once), the one the edited tensor
+    is comes from, in turn: the same place and name, the same name, the
+    longest source name the edited name ends with (a prefix added), the same
+    place.
+    """
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self._model = model
+        self._by_key: dict[Key, list[SourceTensor]] | None = None
+
+    def _at(self, path: Path) -> onnx.TensorProto | None:
+        """The source's tensor at ``path``, None when it has none there."""
+        proto = self._model
+        try:
+            for field, index in path:
+                proto = getattr(proto, field)
+                if index is not None:
+                    proto = proto[index]
+        except (AttributeError, IndexError):
+            return None
+        return proto if isinstance(proto, onnx.TensorProto) else None
+
+    def unchanged(self, site: TensorSite) -> bool:
+        """True when the source holds this tensor at the same place, with the same
+        name, dtype and reference (the common case, without parsing the entries)."""
+        tensor, before = site.tensor, self._at(site.path)
+        return (
+            before is not None
+            and before.data_type == tensor.data_type
+            and before.name == tensor.name
+            and before.external_data == tensor.external_data
+        )
+
+    def candidates(self, site: TensorSite, key: Key) -> list[SourceTensor]:
+        """The source tensors ``site`` may be, narrowed by place and name.
+
+        Args:
+            site: an external tensor of the edited model.
+            key: its reference.
+
+        Returns:
+            The source tensors with reference ``key`` that match ``site`` best:
+            all of one dtype once the tensor is identified, several dtypes when
+            nothing tells them apart, none when the source has no tensor with
+            that reference.
+        """
+        if self._by_key is None:
+            self._by_key = self._index()
+        found = self._by_key.get(key, [])
+        name, path = site.tensor.name, site.path
+        suffix = max((len(c.name) for c in found if c.name and name.endswith(c.name)), default=0)
+        rules = (
+            lambda c: c.path == path and c.name == name,
+            lambda c: c.name == name,
+            lambda c: suffix and len(c.name) == suffix and name.endswith(c.name),
+            lambda c: c.path == path,
+        )
+        for rule in rules:
+            if len({c.data_type for c in found}) <= 1:
+                break
+            found = [c for c in found if rule(c)] or found
+        return found
+
+    def _index(self) -> dict[Key, list[SourceTensor]]:
+        by_key: dict[Key, list[SourceTensor]] = {}
+        for site in iter_tensors(self._model):
+            tensor = site.tensor
+            if not is_external(tensor):
+                continue
+            try:
+                key = _key(read_entries(site))
+            except ExternalDataError:
+                continue  # a malformed reference no edited tensor can share
+            if key is not None:
+                found = SourceTensor(site.path, tensor.name, tensor.data_type)
+                by_key.setdefault(key, []).append(found)
+        return by_key
 
 
 def find_casts(
     model: onnx.ModelProto,
-    source_dtypes: Callable[[], dict[tuple[str, int, int], int]],
+    source: Callable[[], SourceTensors],
     src: str,
     convert: Callable[[int, int], Conversion | None] = conversion_for,
 ) -> dict:
     """The external tensors of ``model`` whose bytes must change dtype.
 
-    A tensor qualifies when its reference's length does not match its
-    ``data_type`` x dims, the source model has a tensor with the same reference
-    (location, offset, length) and another dtype, and the length matches that
-    dtype x the edited dims: a graph tool changed the dtype, not the bytes.
+    A tensor qualifies when the source's tensor it is
+    (:meth:`SourceTensors.candidates`) has another dtype: a graph tool changed
+    the dtype, not the bytes. The dtypes are compared, not the byte lengths,
+    so a change that keeps the width (float16 -> bfloat16, int32 -> float32)
+    is found too. When the source's tensors with its reference have several
+    dtypes and nothing tells which one it is, a tensor of one of those dtypes
+    keeps its bytes as they are, and one that a single of them converts to is
+    converted from it.
 
     Args:
         model: the edited model, its references as the source has them.
-        source_dtypes: gives ``{(location, offset, length): data_type}`` of the
-            source's external tensors (called only when some length differs).
+        source: gives the source's external tensors (called once, when the
+            model has an external tensor).
         src: the source ``.onnx``, for messages.
         convert: the conversion for ``(source dtype, new dtype)``, None when
             there is none (default: :func:`conversion_for`).
 
     Returns:
-        ``{tensor path: Cast}``.
+        ``{tensor path: Cast}``. A cast whose reference's length does not
+        hold its source dtype x the edited dims is refused by the resolver,
+        which names the tensor and the file.
 
     Raises:
         ExternalDataError: a tensor's dtype changed to one its bytes cannot be
-            converted to (naming the tensor, both dtypes and the source).
+            converted to, or its bytes are read by source tensors of several
+            dtypes and it is none of them (naming the tensor, the dtypes and
+            the source).
     """
     casts: dict = {}
     known = None
@@ -175,44 +288,44 @@ def find_casts(
         tensor = site.tensor
         if not is_external(tensor):
             continue
-        expected = tensor_nbytes(tensor)
-        if expected is None or _length(tensor) == expected:
-            continue  # the common case, without parsing every entry
-        key = _key(read_entries(site))
-        if key is None or key[2] == expected:
-            continue
         if known is None:
-            known = source_dtypes()
-        before = known.get(key)
-        if before is None or before == tensor.data_type:
-            continue  # not the source's bytes, or the same dtype: the length check refuses
-        conversion = convert(before, tensor.data_type)
-        if conversion is None:
+            known = source()
+        if known.unchanged(site):
+            continue
+        key = _key(read_entries(site))
+        if key is None:
+            continue  # the resolver says what is wrong
+        found = known.candidates(site, key)
+        dtypes = sorted({c.data_type for c in found})
+        if not dtypes or tensor.data_type in dtypes:
+            continue  # not the source's bytes (the resolver checks them), or the same dtype
+        usable = [c for c in map(convert, dtypes, [tensor.data_type] * len(dtypes)) if c]
+        if len(usable) == 1:
+            casts[site.path] = Cast(usable[0], site)
+            continue
+        where = f"{shown(src)} at {key[0]!r}"
+        if len(dtypes) == 1:
             raise ExternalDataError(
-                f"tensor {site.label}: the edited model reads the {dtype_name(before)} bytes "
-                f"of {shown(src)} at {key[0]!r} as {dtype_name(tensor.data_type)}; the bytes "
-                "can follow a new dtype only for "
+                f"tensor {site.label}: the edited model reads the {dtype_name(dtypes[0])} "
+                f"bytes of {where} as {dtype_name(tensor.data_type)}; the bytes can follow a "
+                "new dtype only for "
                 + ", ".join(sorted(str(Conversion(*pair)) for pair in CONVERSIONS))
+                + f": give it back its dtype {dtype_name(dtypes[0])}, or load the model "
+                "with its weights to change their values"
             )
-        if conversion.length(key[2]) != expected or not conversion.fits(key[2]):
-            continue  # fits neither dtype: the length check names the tensor
-        casts[site.path] = Cast(conversion, site)
+        reason = "more than one of them converts" if usable else "none of them converts"
+        raise ExternalDataError(
+            f"tensor {site.label}: its bytes in {where} are read by the source's tensors "
+            + ", ".join(map(str, found))
+            + f", it matches none of them by name or place, and the edited model reads "
+            f"them as {dtype_name(tensor.data_type)}, which {reason} to: give the tensor "
+            "its name in the source, or one of their dtypes"
+        )
     return casts
 
 
-def dtypes_by_reference(model: onnx.ModelProto) -> dict[tuple[str, int, int], int]:
-    """``{(location, offset, length): data_type}`` of the external tensors of ``model``."""
-    dtypes = {}
-    for site in iter_tensors(model):
-        if is_external(site.tensor):
-            key = _key(read_entries(site))
-            if key is not None:
-                dtypes.setdefault(key, site.tensor.data_type)
-    return dtypes
-
-
-def source_dtypes(path: str, files: SourceFiles) -> dict[tuple[str, int, int], int]:
-    """:func:`dtypes_by_reference` of the model at ``path``, scanned without its
+def source_tensors(path: str, files: SourceFiles) -> SourceTensors:
+    """:class:`SourceTensors` of the model at ``path``, scanned without its
     weights as ``skip_raw_data`` loads it (inline weights are references into
     the file itself)."""
-    return dtypes_by_reference(scan_model(path, files)[0])
+    return SourceTensors(scan_model(path, files)[0])

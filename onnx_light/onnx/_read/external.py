@@ -304,12 +304,19 @@ def check_length(site: TensorSite, length: int, file: str, cast: Cast | None = N
     expected = tensor_nbytes(site.tensor)
     if expected is None:  # a string or unknown type, or a negative dim
         check_dims(site, file)
+    meant = ""
     if cast is not None and expected is not None:
         expected = cast.conversion.source_length(expected)
+        name = onnx.TensorProto.DataType.Name
+        meant = (
+            f" of {name(cast.conversion.src)}, the dtype the bytes have in the source, "
+            f"converted to {name(cast.conversion.dst)}: the dims must hold the values "
+            "the bytes do"
+        )
     if expected is not None and expected != length:
         raise ExternalDataError(
             f"tensor {site.label} in {shown(file)}: length {length} does not match "
-            f"dtype x dims ({expected} bytes)"
+            f"dtype x dims ({expected} bytes{meant})"
         )
 
 

@@ -9,7 +9,8 @@ I/O, so the cores share the cast, which is the bottleneck.
 
 The conversions are numpy's casts: round to nearest even, NaN stays NaN (its
 sign kept), infinities stay infinite. float32 -> bfloat16 is done on the bits
-(numpy has no bfloat16), the same rounding. A conversion that clips first
+(numpy has no bfloat16), the same rounding; float16 and bfloat16 go through
+float32, which holds either exactly. A conversion that clips first
 (onnxruntime's float16 converter's rule) counts the values it changed.
 """
 
@@ -50,6 +51,9 @@ def _to_bfloat16(values: np.ndarray) -> np.ndarray:
 def convert(data: memoryview | bytes, conversion: Conversion) -> tuple[np.ndarray, int]:
     """Convert little-endian values of ``conversion.src`` to ``conversion.dst``.
 
+    bfloat16 is widened to float32 (exact) and float16 -> bfloat16 goes
+    through float32 (exact), so each conversion rounds once.
+
     Args:
         data: whole values (a multiple of the source value size); not modified.
         conversion: the source and target dtypes, and the clipping.
@@ -60,12 +64,15 @@ def convert(data: memoryview | bytes, conversion: Conversion) -> tuple[np.ndarra
     src, dst = conversion.src, conversion.dst
     if src == BFLOAT16:  # bfloat16 -> float32: the bits, shifted (exact)
         bits = np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16
-        return bits.view(np.float32), 0
-    values = np.frombuffer(data, dtype=np.dtype(_NUMPY[src]).newbyteorder("<"))
+        values = bits.view(np.float32)
+    else:
+        values = np.frombuffer(data, dtype=np.dtype(_NUMPY[src]).newbyteorder("<"))
     if conversion.clips:  # float32 -> float16, as onnxruntime's converter
         return clip_to_float16(values, conversion.min_positive, conversion.max_finite)
     if dst == BFLOAT16:
-        return _to_bfloat16(values), 0
+        return _to_bfloat16(values.astype(np.float32, copy=False)), 0
+    if values.dtype == _NUMPY[dst]:
+        return values, 0  # bfloat16 -> float32
     with np.errstate(over="ignore"):  # beyond the target's range: infinite, as cast
         return values.astype(_NUMPY[dst]), 0
 
