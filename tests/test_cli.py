@@ -28,7 +28,7 @@ from onnx import helper, numpy_helper
 
 import onnx_light
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, weights_nbytes
+from benchmarks.harness import make_gemm_model, weights_nbytes
 from onnx_light.cli import build_parser, main
 
 N, DIM = 4, 64
@@ -250,6 +250,42 @@ def test_align_bad_usage_exit_2(tmp_path, capsys, option, value, message):
 def test_align_sizes_accepted(option, value, expected):
     args = build_parser().parse_args(["align", "a.onnx", "b.onnx", option, value])
     assert getattr(args, option[2:].replace("-", "_")) == expected
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--max-finite-val", "1e6", "above 65504"),
+        ("--max-finite-val", "inf", "above 65504"),
+        ("--max-finite-val", "65505", "above 65504"),
+        ("--min-positive-val", "1e-9", "below 5.96e-08"),
+        ("--min-positive-val", "0", "positive"),
+        ("--max-finite-val", "nan", "positive"),
+    ],
+)
+def test_convert_limits_out_of_range_exit_2(tmp_path, capsys, option, value, message):
+    """A clipping limit outside float16's range is bad usage: exit 2, naming the option,
+    before anything is read or written."""
+    src = save_model(tmp_path)
+    dst = tmp_path / "out.onnx"
+    assert main(["convert", src, str(dst), "--to", "float16", option, value]) == 2
+    assert_one_error_line(capsys.readouterr().err, f"argument {option}", repr(value), message)
+    assert sorted(os.listdir(tmp_path)) == ["m.data", "m.onnx"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--max-finite-val", "65504"),
+        ("--max-finite-val", "1e4"),
+        ("--min-positive-val", "5.96e-08"),
+    ],
+)
+def test_convert_limits_in_range_accepted(option, value):
+    args = build_parser().parse_args(
+        ["convert", "a.onnx", "b.onnx", "--to", "float16", option, value]
+    )
+    assert getattr(args, option[2:].replace("-", "_")) == float(value)
 
 
 @pytest.mark.parametrize("argv", [["-"], ["out.onnx", "--weights", "-"]])

@@ -16,6 +16,7 @@ __all__ = [
     "add_write_flags",
     "alignment_arg",
     "chunk_arg",
+    "limit_arg",
     "output_arg",
     "shard_arg",
     "size_arg",
@@ -63,6 +64,29 @@ def _setting(name: str):
         except (TypeError, ValueError) as e:
             reason = e.args[0].split(" must ", 1)[-1]
             raise argparse.ArgumentTypeError(f"must {reason} ({text!r})") from None
+        return value
+
+    parse.__name__ = name  # argparse names the type in its messages
+    return parse
+
+
+def limit_arg(name: str):
+    """An argparse type: a positive number checked by the library's own rule for the
+    clipping limit ``name`` (``min_positive_val``, ``max_finite_val``:
+    :func:`~onnx_light.onnx.check_setting`), its error a usage error."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be a positive number")
+        try:
+            check_setting(name, value)
+        except (TypeError, ValueError) as e:
+            reason = e.args[0].removeprefix(f"{name}={value!r} ")
+            raise argparse.ArgumentTypeError(f"{text!r} {reason}") from None
         return value
 
     parse.__name__ = name  # argparse names the type in its messages

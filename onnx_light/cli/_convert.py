@@ -8,7 +8,7 @@ import os
 from onnx_light._progress import human, rate
 from onnx_light.onnx import ConvertResult, convert_float_to_float16
 
-from ._args import add_layout_flags, add_write_flags, output_arg, with_progress
+from ._args import add_layout_flags, add_write_flags, limit_arg, output_arg, with_progress
 from ._text import aligned, left_over, plural, printable
 
 __all__ = ["add_parser"]
@@ -23,16 +23,6 @@ def _target(text: str) -> str:
             "can save through onnx_light.onnx.save_edited, whose bytes follow the dtype)"
         )
     return text
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a positive number")
-    return value
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -126,14 +116,14 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--min-positive-val",
-        type=_positive,
+        type=limit_arg("min_positive_val"),
         default=5.96e-08,
         metavar="X",
         help="smaller magnitudes become X (default 5.96e-08, float16's smallest subnormal)",
     )
     p.add_argument(
         "--max-finite-val",
-        type=_positive,
+        type=limit_arg("max_finite_val"),
         default=65504.0,
         metavar="X",
         help="larger finite magnitudes become X (default 65504, float16's largest)",

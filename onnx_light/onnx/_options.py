@@ -14,7 +14,9 @@ __all__ = [
     "SerializeOptions",
     "check_alignment",
     "check_chunk_size",
+    "check_max_finite_val",
     "check_max_shard_size",
+    "check_min_positive_val",
     "check_num_threads",
     "check_options",
     "check_progress",
@@ -175,6 +177,51 @@ def check_max_shard_size(value: object) -> int | None:
     return value
 
 
+SMALLEST_FLOAT16 = 5.96e-08  # the smallest positive float16, a subnormal
+LARGEST_FLOAT16 = 65504.0  # the largest finite float16
+
+
+def _number(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+
+
+def check_min_positive_val(value: object) -> numbers.Real:
+    """Validate the float16 conversion's smallest magnitude kept: at least 5.96e-08.
+
+    Returns:
+        The value itself, its type kept (a numpy float64 clips in float64, as in
+        onnxruntime's converter).
+
+    Raises:
+        TypeError: when it is not a number.
+        ValueError: when it is below 5.96e-08 (or NaN).
+    """
+    _number(value, "min_positive_val")
+    if not value >= SMALLEST_FLOAT16:
+        raise ValueError(
+            f"min_positive_val={value!r} is below 5.96e-08, the smallest positive float16 "
+            "(a subnormal; the smallest normal is 6.104e-05)"
+        )
+    return value
+
+
+def check_max_finite_val(value: object) -> numbers.Real:
+    """Validate the float16 conversion's largest finite magnitude kept: at most 65504.
+
+    Returns:
+        The value itself, its type kept.
+
+    Raises:
+        TypeError: when it is not a number.
+        ValueError: when it is above 65504 (infinite, or NaN).
+    """
+    _number(value, "max_finite_val")
+    if not value <= LARGEST_FLOAT16:
+        raise ValueError(f"max_finite_val={value!r} is above 65504, the largest finite float16")
+    return value
+
+
 def check_setting(name: str, value: object) -> object:
     """Check one setting by the rule every writer applies to it, as a script or a
     command line checks its arguments before any work.
@@ -183,11 +230,14 @@ def check_setting(name: str, value: object) -> object:
     ``size_threshold`` and ``inline_below`` a non-negative int;
     ``max_shard_size`` a positive int or None; ``chunk_size`` 1 byte to 1 GiB;
     ``num_threads`` a positive int; ``shard_naming`` one of
-    :data:`~onnx_light.onnx.SHARD_NAMINGS`.
+    :data:`~onnx_light.onnx.SHARD_NAMINGS`; the float16 conversion's clipping
+    limits, ``min_positive_val`` a number of at least 5.96e-08 and
+    ``max_finite_val`` one of at most 65504 (float16's own range).
 
     Args:
         name: one of ``"alignment"``, ``"size_threshold"``, ``"inline_below"``,
-            ``"max_shard_size"``, ``"chunk_size"``, ``"num_threads"``, ``"shard_naming"``.
+            ``"max_shard_size"``, ``"chunk_size"``, ``"num_threads"``, ``"shard_naming"``,
+            ``"min_positive_val"``, ``"max_finite_val"``.
         value: its value.
 
     Returns:
@@ -214,6 +264,8 @@ def check_setting(name: str, value: object) -> object:
         "chunk_size": check_chunk_size,
         "num_threads": check_num_threads,
         "shard_naming": check_shard_naming,
+        "min_positive_val": check_min_positive_val,
+        "max_finite_val": check_max_finite_val,
     }
     if name not in checks:
         raise ValueError(f"{name!r} is no setting: one of {', '.join(SETTINGS)}")
@@ -228,6 +280,8 @@ SETTINGS = (
     "chunk_size",
     "num_threads",
     "shard_naming",
+    "min_positive_val",
+    "max_finite_val",
 )
 
 

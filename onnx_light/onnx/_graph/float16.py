@@ -25,7 +25,6 @@ tensor's values: :mod:`.infer` keeps them.
 from __future__ import annotations
 
 import itertools
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -33,6 +32,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from .._options import (
+    LARGEST_FLOAT16,
+    SMALLEST_FLOAT16,
+    check_max_finite_val,
+    check_min_positive_val,
+)
 from .._read.tensors import is_external
 from .._write.clip import clip_to_float16
 from .infer import infer_shapes, tensor_value_info
@@ -56,7 +61,6 @@ _DTYPE_OPS = (
 )  # fmt: skip
 _FLOAT_BY_DEFAULT = ("RandomNormal", "RandomUniform", "SequenceEmpty")  # dtype optional
 _FLOAT, _FLOAT16 = TensorProto.FLOAT, TensorProto.FLOAT16
-_SMALLEST_SUBNORMAL, _LARGEST = 5.96e-08, 65504.0
 
 
 @dataclass
@@ -349,19 +353,14 @@ def _names(value, what: str) -> frozenset[str]:
     return frozenset(value)
 
 
-def _check_limit(value, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
-
-
 def convert_graph(
     model: onnx.ModelProto,
     *,
     keep_io_types: bool | Sequence[str] = False,
     op_block_list: Sequence[str] | None = None,
     node_block_list: Sequence[str] | None = None,
-    min_positive_val: float = _SMALLEST_SUBNORMAL,
-    max_finite_val: float = _LARGEST,
+    min_positive_val: float = SMALLEST_FLOAT16,
+    max_finite_val: float = LARGEST_FLOAT16,
     force_fp16_initializers: bool = False,
     force_fp16_inputs: Mapping[str, Sequence[int]] | None = None,
     disable_shape_infer: bool = False,
@@ -408,17 +407,8 @@ def convert_graph(
     """
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"convert_graph takes an onnx.ModelProto, not {type(model).__name__}")
-    _check_limit(min_positive_val, "min_positive_val")
-    _check_limit(max_finite_val, "max_finite_val")
-    if not min_positive_val >= _SMALLEST_SUBNORMAL:
-        raise ValueError(
-            f"min_positive_val={min_positive_val!r} is below 5.96e-08, the smallest positive "
-            "float16 (a subnormal; the smallest normal is 6.104e-05)"
-        )
-    if not max_finite_val <= _LARGEST:
-        raise ValueError(
-            f"max_finite_val={max_finite_val!r} is above 65504, the largest finite float16"
-        )
+    check_min_positive_val(min_positive_val)  # the command line's check too
+    check_max_finite_val(max_finite_val)
     if keep_io_types is None:  # as onnxruntime reads it
         keep_io_types = False
     if not isinstance(keep_io_types, bool):
