@@ -1,7 +1,7 @@
 """The conclusions a built site states, and whether two builds state the same ones.
 
 Every ranking the gallery prints comes from
-:meth:`onnx_light.bench.Comparison.sentence`: the words of the gallery
+:meth:`benchmarks.harness.Comparison.sentence`: the words of the gallery
 report (``benchmarks/results/gallery.json``, measured once by ``make
 gallery-report``), "A was faster than B: ..." or "A and B are within this
 machine's noise (gallery report: ...)", followed by where the build's own
@@ -96,7 +96,7 @@ def read(line: str) -> Conclusion | None:
 
 def logical_lines(text: str) -> list[str]:
     """The lines of an output, a sentence wrapped over several lines joined back into one
-    (:meth:`~onnx_light.bench.Comparison.sentence` indents its next lines by two spaces)."""
+    (:meth:`~benchmarks.harness.Comparison.sentence` indents its next lines by two spaces)."""
     lines: list[str] = []
     for line in text.splitlines():
         if lines and line.startswith("  ") and line.strip():

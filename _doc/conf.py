@@ -388,7 +388,7 @@ def _commits_since(commit: str) -> int | None:
 
 # -- Every public name is documented ----------------------------------------
 
-_API_PAGES = {"onnx_light.onnx": "api/onnx.rst", "onnx_light.bench": "api/bench.rst"}
+_API_PAGES = {"onnx_light.onnx": "api/onnx.rst"}
 
 
 def check_api_pages(app) -> None:

@@ -1,7 +1,7 @@
 """Cold runs: the measured files out of the page cache, a command in a fresh memory cgroup.
 
 - :func:`unavailable`: why cold runs cannot be made here. A cold run evicts
-  only the files it measures (``onnx_light.bench.evict``: written back, then
+  only the files it measures (``benchmarks.harness.evict``: written back, then
   ``posix_fadvise(POSIX_FADV_DONTNEED)``, no root needed); the page cache of
   the rest of the machine is left alone.
 - :class:`MemoryCgroup`: a new memory cgroup with a limit that counts the

@@ -6,7 +6,7 @@ Usage::
         --size 4GiB --rounds 3
 
 Each measurement is a pair of fresh processes, the source's two files evicted
-from the page cache first (``onnx_light.bench.evict``: nothing else on the
+from the page cache first (``benchmarks.harness.evict``: nothing else on the
 machine is touched): a cold re-align of ``two-SIZE`` (the source of
 ``benchmarks/run.py``'s cold row) keeping both files cached
 (``drop_behind=False``, the old default here: the copy fits the memory),
@@ -33,11 +33,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout: benchmarks.harness
 
 import cgroup  # noqa: E402
 from text import spread  # noqa: E402
 
-from onnx_light.bench import evict  # noqa: E402
+from benchmarks.harness import evict  # noqa: E402
 
 GiB = 1024**3
 # the drop_behind of each case, as the align child evaluates it

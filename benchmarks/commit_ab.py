@@ -19,7 +19,7 @@ changed). The
 
 The report gives, per source, each one's time (min, median, max), and the
 per-round ratios (this tree / the base, each / the copy) with the verdict of
-:func:`onnx_light.bench.compare` (ranked only when every round of one is below
+:func:`benchmarks.harness.compare` (ranked only when every round of one is below
 every round of the other).
 """
 
@@ -39,6 +39,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)  # the checkout: benchmarks.harness
 from text import measured_commit, ratio_line, short_commit, spread, write_report  # noqa: E402
 
 COPY = "copyfile"
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="tiny,96MiB", help="two-file sources of the work dir")
     p.add_argument("--output", default=os.path.join(HERE, "results", "commit_ab.md"))
     args = p.parse_args(argv)
-    from onnx_light.bench import describe_machine
+    from benchmarks.harness import describe_machine
 
     sizes = [s for s in args.sizes.split(",") if s]
     tiny = os.path.join(args.workdir, "two-tiny", "model.onnx")

@@ -39,7 +39,7 @@ second run reuses them), each exported in a process of its own:
 
 Each conversion runs in a fresh process (``--worker``), after its imports
 (onnx, onnxruntime's converter, onnx-light), and is measured with
-:class:`~onnx_light.bench.PeakMemory` (the kernel's ``VmHWM``, reset through
+:class:`~benchmarks.harness.PeakMemory` (the kernel's ``VmHWM``, reset through
 ``/proc/self/clear_refs``; growth during the operation and the process's
 absolute peak), rounds interleaved (round 1 in order, then shuffled):
 
@@ -92,6 +92,7 @@ import numpy as np
 from text import spread
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout: benchmarks.harness
 RESULTS = os.path.join(HERE, "results")
 MIB = 2**20
 MB = 1e6
@@ -351,7 +352,7 @@ def convert(workdir: str, way: str, model: str, file: str, setting: str) -> dict
     from onnxruntime.transformers import float16
 
     import onnx_light.onnx as onnxl
-    from onnx_light.bench import PeakMemory
+    from benchmarks.harness import PeakMemory
 
     src = src_path(workdir, model, file)
     dst = out_path(workdir, way, setting, model, file)
@@ -1059,7 +1060,7 @@ def seen_lines(models, rows, checks) -> list[str]:
 
 
 def write_report(models, exported, rows, checks, load, commit, dirty, rounds) -> None:
-    from onnx_light.bench import describe_machine
+    from benchmarks.harness import describe_machine
 
     os.makedirs(RESULTS, exist_ok=True)
 

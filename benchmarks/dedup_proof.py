@@ -40,7 +40,7 @@ already merge. Models, in ``WORKDIR/src`` (kept: a second run reuses them):
 Each model's ``save_pretrained(safe_serialization=True)`` goes to
 ``WORKDIR/st/NAME/model.safetensors``. Each measurement runs in a fresh
 process (``--worker``), after its imports, and is timed with
-:class:`~onnx_light.bench.PeakMemory` (the kernel's ``VmHWM``, reset through
+:class:`~benchmarks.harness.PeakMemory` (the kernel's ``VmHWM``, reset through
 ``/proc/self/clear_refs``; the report gives the growth during the operation
 and the process's absolute peak):
 
@@ -84,6 +84,7 @@ import numpy as np
 from text import spread
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout: benchmarks.harness
 RESULTS = os.path.join(HERE, "results")
 MB = 1e6
 MIB = 2**20
@@ -383,7 +384,7 @@ def out_folder(workdir: str, way: str, label: str) -> str:
 
 
 def op_onnx_light(workdir, label, name, files=None, reuse=None):
-    from onnx_light.bench import PeakMemory
+    from benchmarks.harness import PeakMemory
     from onnx_light.onnx import deduplicate_external_data
 
     srcs = set_paths(workdir, name, files)
@@ -430,7 +431,7 @@ def _bytes_in(onnx_path: str, location: str) -> int:
 def op_merge(workdir, label, name):
     from optimum.onnx import merge_decoders
 
-    from onnx_light.bench import PeakMemory
+    from benchmarks.harness import PeakMemory
 
     srcs = set_paths(workdir, name)
     out = _fresh(out_folder(workdir, "merge_decoders", label))
@@ -452,7 +453,7 @@ def op_ir(workdir, label, name, raised: bool):
         DeduplicateInitializersPass,
     )
 
-    from onnx_light.bench import PeakMemory
+    from benchmarks.harness import PeakMemory
 
     srcs = set_paths(workdir, name)
     way = "onnx-ir raised" if raised else "onnx-ir"
@@ -743,7 +744,7 @@ def _gib(values) -> str:
 
 
 def write_report(workdir, rounds, exported, sets, rows, checks, load) -> None:
-    from onnx_light.bench import describe_machine
+    from benchmarks.harness import describe_machine
 
     os.makedirs(RESULTS, exist_ok=True)
     csv_path = os.path.join(RESULTS, "dedup_proof.csv")

@@ -10,7 +10,7 @@ float32 weights of random values) whose weights file holds more than
 ``--gib`` GiB, streamed to disk one weight at a time. Then, for each tool,
 each way runs in a fresh process (``--worker``), which imports everything,
 runs the same steps once on a tiny model (first-call set-up), then measures
-the edit with :class:`~onnx_light.bench.PeakMemory` (the kernel's ``VmHWM``):
+the edit with :class:`~benchmarks.harness.PeakMemory` (the kernel's ``VmHWM``):
 
 - ``onnx``: onnx's own way. Its path-based function where it has one
   (``infer_shapes_path``, ``check_model(path)``, ``utils.extract_model``),
@@ -59,6 +59,7 @@ TOOLS += ("rename", "metadata")
 WAYS = ("onnx", "share", "compact")
 GIB = 2**30
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout: benchmarks.harness
 OUTPUT = os.path.join(HERE, "results", "edit_proof.md")
 # the tools as the table names them
 SHOWN = {"extractor": "`Extractor` (half)", "merge_models": "`merge_models` (a head)"}
@@ -195,7 +196,7 @@ def run_way(tool: str, way: str, src: str, out: str, half: str) -> str | None:
 
 
 def worker(tool: str, way: str, src: str, tiny: str) -> dict:
-    from onnx_light.bench import PeakMemory
+    from benchmarks.harness import PeakMemory
 
     for path in (tiny, src):  # the tiny model first: imports and first-call set-up
         n = sum(1 for node in onnx.load(path, load_external_data=False).graph.node)
@@ -306,7 +307,7 @@ def _commit() -> str:
 def report(results: dict, tools: list[str], source: str, command: str, rounds: int,
            size: int, load: tuple[float, float]) -> str:  # fmt: skip
     """The Markdown report: machine, commit, command, what was measured, the table."""
-    from onnx_light.bench import describe_machine
+    from benchmarks.harness import describe_machine
 
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     lines = [

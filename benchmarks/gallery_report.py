@@ -17,7 +17,7 @@ machine, the commit, the date, the rounds, the CPU share other processes used; p
 comparison: the rounds, the per-round ratios, their median and range, the
 verdict and the words a page states) and ``results/gallery.md`` (the same,
 to read). Every build of the site then prints these words, and says where
-its own ratio falls against the range (``onnx_light.bench.compare`` states
+its own ratio falls against the range (``benchmarks.harness.compare`` states
 the rules). ``--only`` measures some scripts again and keeps the others'
 entries, each with its own machine, commit and date.
 """
@@ -38,9 +38,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from onnx_light.bench import OthersCpu, describe_machine  # noqa: E402
-from onnx_light.bench.compare import MEASURE_ENV, REPORT, Comparison  # noqa: E402
-from onnx_light.bench.rounds import ROUNDS_ENV  # noqa: E402
+from benchmarks.harness import OthersCpu, describe_machine  # noqa: E402
+from benchmarks.harness.compare import MEASURE_ENV, REPORT, Comparison  # noqa: E402
+from benchmarks.harness.rounds import ROUNDS_ENV  # noqa: E402
 
 SCRIPTS = os.path.join(ROOT, "examples", "benchmarks")
 ROUNDS = 7
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         f' GALLERY_ARGS="{" ".join(shlex.quote(a) for a in given)}"' if given else ""
     )
     report = {
-        "about": "The words the gallery's benchmark pages state (onnx_light.bench.compare); "
+        "about": "The words the gallery's benchmark pages state (benchmarks.harness.compare); "
         "written by make gallery-report (benchmarks/gallery_report.py).",
         "machine": machine,
         "commit": head,

@@ -21,7 +21,7 @@ model is freed after the clock stops.
 
 The report gives, per source, each one's figures (min, median, max of the
 time; medians of the rest) and the per-round ratio with the verdict of
-:func:`onnx_light.bench.compare` (ranked only when every round of one is below
+:func:`benchmarks.harness.compare` (ranked only when every round of one is below
 every round of the other).
 """
 
@@ -39,6 +39,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)  # the checkout: benchmarks.harness
 from text import measured_commit, ratio_line, write_report  # noqa: E402
 
 MiB = 2**20
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
-    from onnx_light.bench import describe_machine, warm
+    from benchmarks.harness import describe_machine, warm
 
     workdir = os.path.abspath(args.workdir)
     sizes = [s for s in args.sizes.split(",") if s]

@@ -38,10 +38,10 @@ prepacking disabled (``session.disable_prepacking=1``), one fresh process per
 measurement (``--worker``) creates an ``onnxruntime.InferenceSession`` on the
 CPU and reports: the creation time; the growth of the kernel's peak RSS
 during it (``VmHWM`` reset through ``/proc/self/clear_refs``,
-:class:`onnx_light.bench.PeakMemory`); the growth of ``RssAnon`` (private
+:class:`benchmarks.harness.PeakMemory`); the growth of ``RssAnon`` (private
 memory: copies of the weights, prepacked buffers) and ``RssFile`` (pages of
 mapped files) read from ``/proc/self/status`` after it
-(:func:`onnx_light.bench.read_status`); how many bytes of the weights file
+(:func:`benchmarks.harness.read_status`); how many bytes of the weights file
 are memory-mapped (``/proc/self/maps``); then runs one inference and saves
 its outputs, which must be equal across layouts. Every file of a layout is
 read once before its measurement, so the page cache holds it. Rounds are
@@ -92,6 +92,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # the checkout: benchmarks.harness
 MiB = 2**20
 GiB = 2**30
 ALIGNMENT = 4096
@@ -404,7 +405,7 @@ def worker(onnx_path: str, prepacking: str, feeds_npz: str, outputs_npz: str) ->
     import numpy as np
     import onnxruntime as ort
 
-    from onnx_light.bench import PeakMemory, read_status
+    from benchmarks.harness import PeakMemory, read_status
 
     feeds = dict(np.load(feeds_npz))
     weights = [str(p) for p in _weights_files(Path(onnx_path))]
@@ -518,7 +519,7 @@ def write_report(
     seconds: float,
     loads: tuple[float, float],
 ) -> None:
-    from onnx_light.bench import compare, describe_machine
+    from benchmarks.harness import compare, describe_machine
 
     md_path.parent.mkdir(parents=True, exist_ok=True)
     with open(csv_path, "w", newline="") as f:
@@ -613,7 +614,7 @@ def write_report(
         "## Comparisons",
         "",
         "A ranking is stated only when every round of one is below every round of the "
-        "other (`onnx_light.bench.compare`).",
+        "other (`benchmarks.harness.compare`).",
         "",
     ]
     pairs = [

@@ -26,13 +26,13 @@ file per tensor: another layout, shown for what it costs, never chosen).
 The method is the suite's (``benchmarks/run.py``): each measurement in a fresh
 Python process (this script run with ``--child``: imports, a warm-up on the
 ``tiny`` sources, the unmeasured set-up, then the operation inside
-:class:`~onnx_light.bench.PeakMemory`), in interleaved rounds (a new seeded
+:class:`~benchmarks.harness.PeakMemory`), in interleaved rounds (a new seeded
 order each round), the sources read into the page cache and earlier writes
 flushed (``sync``) before each; nothing on the machine changed.
 The report gives each setting's median (min-max) over the rounds, the
 median of its per-round ratio to the default, the fastest setting, and
 whether it beats the default beyond the spread (every round of one below every
-round of the other: :func:`onnx_light.bench.compare`).
+round of the other: :func:`benchmarks.harness.compare`).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout: benchmarks.harness
 
 import sources  # noqa: E402
 from sources import ALIGNMENT, DATA, MODEL, Paths  # noqa: E402
@@ -173,7 +174,7 @@ def _case(op: str, p: Paths, out: str, kw: dict):
 
 
 def _measure_once(op: str, p: Paths, kw: dict) -> dict:
-    from onnx_light.bench import PeakMemory
+    from benchmarks.harness import PeakMemory
 
     out = tempfile.mkdtemp(prefix=f"{op}-", dir=p.out)
     try:
@@ -235,7 +236,7 @@ def _run_child(op: str, setting: str, workdir: str, size: str) -> dict | None:
 
 
 def measure(workdir: str, rows: list[tuple[str, str]], rounds: int) -> dict:
-    from onnx_light.bench import warm
+    from benchmarks.harness import warm
 
     records: dict = {(op, size, s): [] for op, size in rows for s in settings_of(op)}
     cases = list(records)
@@ -265,7 +266,7 @@ def _fmt(values: list[float]) -> str:
 
 
 def report(records: dict, rows, args, load: tuple[float, float], minutes: float) -> str:
-    from onnx_light.bench import compare, describe_machine
+    from benchmarks.harness import compare, describe_machine
 
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
@@ -287,7 +288,7 @@ def report(records: dict, rows, args, load: tuple[float, float], minutes: float)
         "earlier writes flushed. Each cell: median (min-max) of the rounds' wall time; "
         "vs default: the median (min-max) of the per-round ratio to the default; "
         "beyond the spread: every round of one below every round of the other "
-        "(onnx_light.bench.compare, at least 3 rounds each). onnx-ir 1.1 writes serially "
+        "(benchmarks.harness.compare, at least 3 rounds each). onnx-ir 1.1 writes serially "
         "for max_workers None or 1 (the budget then unused); for the 200,000 tensors of "
         "64 bytes the budget is never reached (the default 1 GiB kept).",
         "",

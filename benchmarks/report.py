@@ -17,11 +17,14 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 
 from suite import FIGURES, GROUPS, LABELS, ROWS, SECONDS, MiB, Row
 
-from onnx_light.bench import describe_machine
-from onnx_light.bench.figures import STATE_COLORS
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
+
+from benchmarks.harness import describe_machine  # noqa: E402
+from benchmarks.harness.figures import STATE_COLORS  # noqa: E402
 
 COLUMNS = [
     "operation",

@@ -3,11 +3,11 @@
 Writes the source models once into a work dir, then for each round, for each
 size: reads the sources once (warm page cache), and runs every operation in a
 fresh process (``worker.py``), interleaved (every round runs each operation
-once, in a new seeded order): the method of :mod:`onnx_light.bench.rounds`,
+once, in a new seeded order): the method of :mod:`benchmarks.harness.rounds`,
 which the gallery uses too. Nothing on the machine is changed to steady the
 numbers (no kernel setting, no memory touched first, no global cache drop):
 a cold operation finds only the files the suite made evicted from the page
-cache (:func:`onnx_light.bench.evict`). The re-align rows run again on XFS and btrfs
+cache (:func:`benchmarks.harness.evict`). The re-align rows run again on XFS and btrfs
 images, loop-mounted (as root, with mkfs.xfs / mkfs.btrfs; skipped with the
 reason otherwise), with their sources copied there.
 Prints the results table and writes ``benchmarks/results/<name>.md``,
@@ -33,18 +33,19 @@ import sys
 import tempfile
 import time
 
-import cgroup
-import kernel_profile as kprofile
-import report
-import sources
-from suite import FLUSHED, GROUPS, OPT_IN, ROWS, TIMELINE, condition, fs_plan, plan
-
-from onnx_light.bench import OthersCpu, evict, warm
-from onnx_light.bench.filesystems import loop_mount, unavailable
-from onnx_light.onnx._write.fs import copy_policy
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)  # the checkout: benchmarks.harness
+
+import cgroup  # noqa: E402
+import kernel_profile as kprofile  # noqa: E402
+import report  # noqa: E402
+import sources  # noqa: E402
+from suite import FLUSHED, GROUPS, OPT_IN, ROWS, TIMELINE, condition, fs_plan, plan  # noqa: E402
+
+from benchmarks.harness import OthersCpu, evict, warm  # noqa: E402
+from benchmarks.harness.filesystems import loop_mount, unavailable  # noqa: E402
+from onnx_light.onnx._write.fs import copy_policy  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 MiB = 1024 * 1024
 
-# name -> (n_weights, dim) of onnx_light.bench.make_gemm_model
+# name -> (n_weights, dim) of benchmarks.harness.make_gemm_model
 SIZES = {
     "tiny": (2, 64),  # warm-up of every worker, never measured
     "2MiB": (8, 256),  # --smoke
@@ -41,10 +41,10 @@ SIZES = {
 }
 STREAM_ABOVE = 4 * 1024**3  # two-file sources larger than this are written tensor by tensor
 CANARY = "canary.bin"  # the cold groups' canary: read before a copy, its residency after
-# name -> nodes of onnx_light.bench.make_forest_model (500,000 nodes: about 21 MB)
+# name -> nodes of benchmarks.harness.make_forest_model (500,000 nodes: about 21 MB)
 FOREST_NODES = {"tiny": 2_000, "2MiB": 20_000}
 FOREST_DEFAULT = 500_000
-# name -> tensors of onnx_light.bench.make_many_tensors_model
+# name -> tensors of benchmarks.harness.make_many_tensors_model
 MANY_TENSORS = {"tiny": 2_000, "2MiB": 8_000}
 MANY_DEFAULT = 200_000
 LEAD_TABLE = 8000  # bytes of the int64 table before the weights of the two-file sources
@@ -140,7 +140,7 @@ def _write(paths: Paths, kind: str, log) -> None:
     import onnx
 
     import onnx_light.onnx as onnxl
-    from onnx_light.bench import make_gemm_model
+    from benchmarks.harness import make_gemm_model
 
     n, dim = SIZES[paths.size]
     target = paths.target(kind)
@@ -149,7 +149,7 @@ def _write(paths: Paths, kind: str, log) -> None:
     if kind == "aligned":
         onnxl.align_external_data_streaming(paths.two, target, DATA, ALIGNMENT)
     elif kind == "forest":
-        from onnx_light.bench import make_forest_model
+        from benchmarks.harness import make_forest_model
 
         onnx.save(make_forest_model(_forest_nodes(paths.size)), target)
     elif kind == "pair":
@@ -157,7 +157,7 @@ def _write(paths: Paths, kind: str, log) -> None:
     elif kind in ("twins", "twinsq"):
         _write_twins(paths.models(kind), _spec(paths.size, kind)[0])
     elif kind in ("many", "quarter"):
-        from onnx_light.bench import make_many_tensors_model
+        from benchmarks.harness import make_many_tensors_model
 
         make_many_tensors_model(_spec(paths.size, kind)[0], os.path.dirname(target), MODEL)
     elif kind == "two" and n * dim * dim * 4 > STREAM_ABOVE:
@@ -248,7 +248,7 @@ def _write_pair(models: list[str], n: int, dim: int) -> None:
     import numpy as np
     import onnx
 
-    from onnx_light.bench import make_gemm_model
+    from benchmarks.harness import make_gemm_model
 
     model = make_gemm_model(n, dim, lead_table=LEAD_TABLE)
     rng = np.random.default_rng(19)
@@ -282,7 +282,7 @@ def _write_twins(models: list[str], n_tensors: int) -> None:
     (picked at random): each string is held by about :data:`TWIN_POOL`
     tensors, within and across the two models. A 100-byte table comes first in
     each data file, so no tensor starts on a page; the references are set by
-    hand, as :func:`onnx_light.bench.make_many_tensors_model` does.
+    hand, as :func:`benchmarks.harness.make_many_tensors_model` does.
     """
     import numpy as np
     from onnx import TensorProto, helper, save

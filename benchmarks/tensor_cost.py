@@ -6,7 +6,7 @@ Usage (run by hand, not by CI)::
         [--workdir /var/tmp/tensor-cost] [--output benchmarks/results/tensor_cost.md]
 
 On a model of ``--tensors`` float32 tensors of 64 bytes
-(:func:`onnx_light.bench.make_many_tensors_model`), each variant runs in a
+(:func:`benchmarks.harness.make_many_tensors_model`), each variant runs in a
 process of its own, in interleaved rounds (a new order each round), and
 reports its CPU time (``time.process_time``: less disturbed by other
 processes than the clock) per tensor:
@@ -43,6 +43,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout: benchmarks.harness
 from text import spread  # noqa: E402
 
 VARIANTS = ("metadata", "access", "checked", "align")
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         _child(args.child, args.model, args.out)
         return 0
-    from onnx_light.bench import describe_machine, make_many_tensors_model
+    from benchmarks.harness import describe_machine, make_many_tensors_model
 
     folder = os.path.join(args.workdir, f"many-{args.tensors}")
     model_path = os.path.join(folder, "model.onnx")

@@ -24,8 +24,8 @@ def spread(values) -> str:
 
 def ratio_line(source: str, a: list[float], b: list[float], name_a: str, name_b: str) -> str:
     """A report's table row: the per-round ratios ``a / b`` (:func:`spread`) and the verdict
-    of :func:`onnx_light.bench.compare` (ranked only beyond the rounds' spread)."""
-    from onnx_light.bench import compare  # only where onnx-light is importable
+    of :func:`benchmarks.harness.compare` (ranked only beyond the rounds' spread)."""
+    from benchmarks.harness import compare  # only where onnx-light is importable
 
     ratios = [x / y for x, y in zip(a, b, strict=True)]
     c = compare(name_a, a, name_b, b, "s")

@@ -5,20 +5,20 @@ Usage (run by hand, not by CI)::
     .venv/bin/python benchmarks/threads_proof.py [--workdir /var/tmp/threads] [--rounds 7]
 
 Every call runs in a process of its own, in interleaved rounds
-(:func:`onnx_light.bench.measure_rounds`, the method of ``make bench``):
+(:func:`benchmarks.harness.measure_rounds`, the method of ``make bench``):
 
 - ``load`` of models laid out one file per tensor (what
   ``onnx.save(..., all_tensors_to_one_file=False)`` writes) and as two files,
   with ``num_threads`` 1, 2 and 4 (``load`` never runs more than one reader
   per data file, so the two-file model reads with one whatever is asked),
   *warm* (the files read just before) and *cold* (the files dropped from the
-  page cache by :func:`onnx_light.bench.evict` before each run);
+  page cache by :func:`benchmarks.harness.evict` before each run);
 - ``save`` of a model held in memory into two files, with
   ``SerializeOptions.num_threads`` 1, 2 and 4 writers, into an emptied folder.
 
 It prints a Markdown table (median and min-max of the rounds, the ratio of
 medians against one thread) and, for each case, whether the ranking holds
-beyond the rounds' spread (:func:`onnx_light.bench.compare`); ``--output``
+beyond the rounds' spread (:func:`benchmarks.harness.compare`); ``--output``
 also writes it to a file.
 """
 
@@ -28,11 +28,16 @@ import argparse
 import os
 import statistics
 import subprocess
+import sys
 
 import onnx
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import (
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout: benchmarks.harness
+
+from benchmarks.harness import (  # noqa: E402
     compare,
     describe_machine,
     empty_folder,
@@ -44,7 +49,6 @@ from onnx_light.bench import (
 
 MiB = 2**20
 THREADS = (1, 2, 4)
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _files(folder: str) -> list[str]:
@@ -119,7 +123,7 @@ def main() -> None:
         "vs 1 thread: the median (min-max) over rounds of the time over one thread's "
         "time in the same round; faster rounds: rounds where it beat one thread; "
         "ranking: only where every round of one is below every round of the other "
-        "(onnx_light.bench.compare).",
+        "(benchmarks.harness.compare).",
         "",
         "| case, threads | median | min-max | vs 1 thread, per round | faster rounds "
         "| ranking vs 1 thread |",

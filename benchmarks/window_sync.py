@@ -45,6 +45,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # the checkout: benchmarks.harness
 import cgroup  # noqa: E402
 import sources  # noqa: E402
 from text import spread, write_report  # noqa: E402
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"cannot measure: {why}", file=sys.stderr)
         return 2
-    from onnx_light.bench import describe_machine, evict
+    from benchmarks.harness import describe_machine, evict
 
     src = os.path.join(args.workdir, f"two-{args.size}", sources.MODEL)
     canary = os.path.join(args.workdir, sources.CANARY)

@@ -5,9 +5,9 @@ Usage: ``python benchmarks/worker.py OP WORKDIR SIZE [--timeline] [--flush] [--c
 Everything is imported first (onnx, onnx-light, onnx-ir, onnxruntime), then
 the operation runs once on the ``tiny`` model (lazy imports, first-call
 set-up), then its unmeasured set-up runs, then the operation itself, inside
-:class:`~onnx_light.bench.PeakMemory` (the kernel's ``VmHWM``, reset through
+:class:`~benchmarks.harness.PeakMemory` (the kernel's ``VmHWM``, reset through
 ``/proc/self/clear_refs``) and, with ``--timeline``, an
-:class:`~onnx_light.bench.RssTimeline` sampling ``RssAnon`` and ``RssFile``
+:class:`~benchmarks.harness.RssTimeline` sampling ``RssAnon`` and ``RssFile``
 every millisecond (for memory-mapped files, whose pages are file-backed).
 
 Printed fields: ``seconds`` (wall), ``cpu`` (user + system seconds of the
@@ -38,7 +38,9 @@ from cgroup import resident
 from ops import OPS
 from sources import Paths
 
-from onnx_light.bench import PeakMemory, RssTimeline
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
+
+from benchmarks.harness import PeakMemory, RssTimeline  # noqa: E402
 
 
 def _flush(paths: list[str]) -> float:

@@ -6,7 +6,7 @@ code, unless it is public and listed here.
 """
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import PeakMemory, RssTimeline
+from benchmarks.harness import PeakMemory, RssTimeline
 
 onnxl.AlignResult.unreferenced  # read by callers after an in-place re-align
 onnxl.AlignResult.removed

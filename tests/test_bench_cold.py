@@ -11,7 +11,7 @@ import sys
 import onnx
 import pytest
 
-from onnx_light.bench import make_gemm_model
+from benchmarks.harness import make_gemm_model
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks")
 

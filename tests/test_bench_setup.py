@@ -1,4 +1,4 @@
-"""What the gallery scripts set up with ``onnx_light.bench``: sizes, folders, places, bars, the CLI."""
+"""What the gallery scripts set up with ``benchmarks.harness``: sizes, folders, places, bars, the CLI."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import matplotlib
 import onnx
 import pytest
 
-from onnx_light.bench import (
+from benchmarks.harness import (
     default_rounds,
     empty_folder,
     file_digests,

@@ -17,7 +17,7 @@ import onnx.numpy_helper as onh
 import pytest
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import file_digests
+from benchmarks.harness import file_digests
 from onnx_light.onnx._plan.cast import BFLOAT16, DOUBLE, FLOAT, FLOAT16, Conversion
 from onnx_light.onnx._write import cast as cast_module
 from onnx_light.onnx._write.cast import convert

@@ -25,8 +25,8 @@ from onnx import helper, numpy_helper
 import onnx_light.cli as cli
 import onnx_light.cli._dedup as cli_dedup  # where dedup calls the library
 import onnx_light.onnx as onnxl
+from benchmarks.harness import make_gemm_model
 from onnx_light._progress import human
-from onnx_light.bench import make_gemm_model
 
 N, DIM = 4, 64
 ALL_LOAD = "(onnx, onnxruntime and onnx-ir load it)"

@@ -1,6 +1,6 @@
 """What a page says of two measurements: the gallery report's words, and this build against them.
 
-The rules (``onnx_light.bench.compare``): the report ranks two measurements
+The rules (``benchmarks.harness.compare``): the report ranks two measurements
 only when its rounds do not overlap; a build states the report's words, then
 its own ratio, inside the report's range or outside it (flagged); it fails
 only when its own rounds reverse the report's ranking beyond their spread.
@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from onnx_light.bench import compare
-from onnx_light.bench.compare import MEASURE_ENV, REPORT_ENV, Comparison, ContradictsReport
+from benchmarks.harness import compare
+from benchmarks.harness.compare import MEASURE_ENV, REPORT_ENV, Comparison, ContradictsReport
 
 FAST = [1.0, 1.1, 1.2, 1.0, 1.05, 1.1, 1.2]
 SLOW = [2.0, 2.1, 2.4, 2.2, 2.0, 2.3, 2.5]  # per round 1.90x-2.20x the fast one

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from onnx_light.bench import compare
-from onnx_light.bench.compare import REPORT_ENV
+from benchmarks.harness import compare
+from benchmarks.harness.compare import REPORT_ENV
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 _spec = importlib.util.spec_from_file_location(

@@ -15,7 +15,7 @@ import onnx.numpy_helper as onh
 import pytest
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import file_digests
+from benchmarks.harness import file_digests
 
 ort = pytest.importorskip("onnxruntime")
 float16 = pytest.importorskip("onnxruntime.transformers.float16")

@@ -18,7 +18,7 @@ from conftest import (
 from onnx import numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, model_inputs
+from benchmarks.harness import make_gemm_model, model_inputs
 
 DIM = 64
 

@@ -51,7 +51,7 @@ import onnx
 import pytest
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, weights_nbytes
+from benchmarks.harness import make_gemm_model, weights_nbytes
 from onnx_light.cli import build_parser
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))

@@ -33,7 +33,7 @@ from conftest import read_back, save_two_file, write_safetensors
 from onnx import numpy_helper
 from test_hf_cache import _hf_snapshot
 
-from onnx_light.bench import make_gemm_model
+from benchmarks.harness import make_gemm_model
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 PAGES = sorted(

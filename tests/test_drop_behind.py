@@ -15,7 +15,7 @@ from conftest import read_back, save_two_file
 
 import onnx_light.onnx as onnxl
 import onnx_light.onnx._write.copy as copy_module
-from onnx_light.bench import make_gemm_model
+from benchmarks.harness import make_gemm_model
 
 MiB = 2**20
 

@@ -21,8 +21,8 @@ import onnx_light.onnx._system.cache as cache
 import onnx_light.onnx._system.memory as memory
 import onnx_light.onnx._write.copy as copy_module
 import onnx_light.onnx._write.shards as shards
-from onnx_light import bench
-from onnx_light.bench import make_gemm_model
+from benchmarks import harness as bench
+from benchmarks.harness import make_gemm_model
 
 MiB = 2**20
 
@@ -30,7 +30,7 @@ linux = pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fa
 
 
 def evict(path) -> None:
-    """``path`` out of the page cache (the benchmarks' own :func:`onnx_light.bench.evict`)."""
+    """``path`` out of the page cache (the benchmarks' own :func:`benchmarks.harness.evict`)."""
     assert bench.evict([path])
 
 

@@ -21,7 +21,7 @@ import pytest
 from conftest import external_offsets, folder_digest, read_back, save_two_file, tensor_bytes
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model
+from benchmarks.harness import make_gemm_model
 
 DIM = 64
 N = 4
@@ -295,7 +295,7 @@ def test_the_source_onnx_is_never_the_new_weights_file_when_sharing(tmp_path):
     import numpy as np
     from conftest import folder_digest, save_two_file
 
-    from onnx_light.bench import make_gemm_model
+    from benchmarks.harness import make_gemm_model
 
     save_two_file(make_gemm_model(2, 64), tmp_path / "m.onnx", size_threshold=0)
     before = folder_digest(tmp_path)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from onnx_light.bench.compare import report_entries
+from benchmarks.harness.compare import report_entries
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SCRIPTS = sorted(EXAMPLES.glob("*/plot_*.py"))

@@ -2,7 +2,7 @@
 and a benchmark report whose summary and figures follow its CSV.
 
 The gallery's scripts take every colour from the palette of
-``onnx_light.bench.figures`` and put their legends beside the axes
+``benchmarks.harness.figures`` and put their legends beside the axes
 (checked on their source); the report's summary and its figures are drawn
 again from a report's CSV without measuring (``benchmarks/report.py``), and
 the committed reports hold the summary their CSV gives.
@@ -18,8 +18,8 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from onnx_light.bench import legend_beside, other_color, summary_bars, tool_color, tool_colors
-from onnx_light.bench.figures import OTHER_COLORS, TOOL_COLORS, tool_of
+from benchmarks.harness import legend_beside, other_color, summary_bars, tool_color, tool_colors
+from benchmarks.harness.figures import OTHER_COLORS, TOOL_COLORS, tool_of
 
 matplotlib.use("Agg")
 

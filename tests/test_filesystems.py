@@ -21,7 +21,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench.filesystems import loop_mount, unavailable
+from benchmarks.harness.filesystems import loop_mount, unavailable
 from onnx_light.onnx._write import copy as _copy
 from onnx_light.onnx._write.fs import copy_policy
 

@@ -26,7 +26,7 @@ _spec.loader.exec_module(gallery_report)
 
 SCRIPT = """
 import time
-from onnx_light.bench import compare, measure_rounds
+from benchmarks.harness import compare, measure_rounds
 r = measure_rounds(
     {"fast": lambda: time.sleep(0.002), "slow": lambda: time.sleep(0.03)}, rounds=3
 )

@@ -340,7 +340,7 @@ def _stage(module: str) -> str | None:
         return "base"
     parts = module.split(".")
     if parts[:2] != [PACKAGE, "onnx"]:
-        return None  # the CLI, the bench, the reports: outside the engine
+        return None  # the CLI, the reports: outside the engine
     if len(parts) > 2 and parts[2] in STAGES[1:-1]:
         return parts[2]
     return "writers"
@@ -370,6 +370,31 @@ def test_the_stage_folders_import_in_order():
             if order[other] > order[stage] or {stage, other} == {"_content", "_write"}:
                 wrong.append(f"{module} ({stage}) imports {target} ({other})")
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_package_never_uses_the_benchmarks_harness():
+    """The wheel holds the library only: no module of onnx_light imports the benchmarks'
+    harness, nor shows it in an example (``benchmarks.harness`` lives in the checkout,
+    beside the benchmarks; a user who installed the package does not have it)."""
+    found = []
+    for name, path in package_modules(_package_root(), PACKAGE).items():
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                imported = [node.module or ""]
+            else:
+                continue
+            if any(m == "benchmarks" or m.startswith("benchmarks.") for m in imported):
+                found.append(f"{name}:{node.lineno}")
+        found += [
+            f"{name} (its text)"
+            for word in ("benchmarks.harness", "onnx_light.bench")
+            if word in text
+        ]
+    assert not found, found
 
 
 def test_the_command_line_uses_only_the_public_api():

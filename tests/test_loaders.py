@@ -26,9 +26,9 @@ from conftest import make_runnable_model, read_back, save_two_file, tensor_bytes
 from conftest import run_cli as _cli
 
 import onnx_light.onnx as onnxl
+from benchmarks.harness import make_gemm_model, model_inputs
 from onnx_light._inspect import verify_models
 from onnx_light._loaders import LOADERS, loader_verdicts, references
-from onnx_light.bench import make_gemm_model, model_inputs
 from onnx_light.onnx._commit import atomic as _atomic
 
 

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-import onnx_light.bench.others as others_module
-from onnx_light.bench import OthersCpu
+import benchmarks.harness.others as others_module
+from benchmarks.harness import OthersCpu
 
 SPIN = "import time\nend = time.process_time() + {s}\nwhile time.process_time() < end: pass\n"
 

@@ -1,4 +1,4 @@
-"""The measuring method of the gallery and ``make bench`` (``onnx_light.bench.rounds``)."""
+"""The measuring method of the gallery and ``make bench`` (``benchmarks.harness.rounds``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from onnx_light.bench import Rounds, measure_rounds, summary_bars
+from benchmarks.harness import Rounds, measure_rounds, summary_bars
 
 MiB = 2**20
 STATE = []

@@ -255,7 +255,7 @@ def test_destination_is_a_folder(tmp_path, every_kind):
 _SAVE_PEAK = r"""
 import sys
 import onnx_light.onnx as onnxl
-from onnx_light.bench import PeakMemory, make_gemm_model
+from benchmarks.harness import PeakMemory, make_gemm_model
 model = make_gemm_model(48, 1024)  # 192 MiB, tensors of 4 MiB
 opts = onnxl.SerializeOptions(alignment=4096, num_threads=int(sys.argv[2]))
 with PeakMemory() as m:
@@ -370,7 +370,7 @@ def test_names_not_utf8_are_saved(tmp_path):
 def test_default_num_threads_is_one_writer(tmp_path, monkeypatch):
     """SerializeOptions.num_threads=None writes the tensors held in memory with one
     thread (measured: more did not make a save faster)."""
-    from onnx_light.bench import make_gemm_model
+    from benchmarks.harness import make_gemm_model
     from onnx_light.onnx._write import writer
 
     used = []

@@ -308,7 +308,7 @@ def test_truncated_mid_run_names_the_tensor(tmp_path):
 _ALIGN_PEAK = r"""
 import sys
 import onnx_light.onnx as onnxl
-from onnx_light.bench import PeakMemory
+from benchmarks.harness import PeakMemory
 with PeakMemory() as m:
     onnxl.align_external_data_streaming(sys.argv[1], sys.argv[2], "d.data", 4096)
 print(m.growth, m.exact)
@@ -317,7 +317,7 @@ print(m.growth, m.exact)
 
 def test_align_memory_does_not_grow_with_model(tmp_path):
     """Re-aligning 192 MiB of weights grows peak RSS by less than 8 MiB."""
-    from onnx_light.bench import make_gemm_model
+    from benchmarks.harness import make_gemm_model
 
     save_two_file(make_gemm_model(48, 1024), tmp_path / "m.onnx")
     growth = peak_growth_in_subprocess(_ALIGN_PEAK, tmp_path / "m.onnx", tmp_path / "d.onnx")
@@ -414,7 +414,7 @@ def test_truncated_source_in_a_batch_names_the_tensor(tmp_path, monkeypatch):
 
 _SPLICE_PEAK = """
 import sys
-from onnx_light.bench import PeakMemory
+from benchmarks.harness import PeakMemory
 import onnx_light.onnx as onnxl
 with PeakMemory() as m:
     onnxl.align_external_data_streaming(sys.argv[1], sys.argv[2], "a.data", size_threshold=2**40)

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from onnx_light.bench import PeakMemory
+from benchmarks.harness import PeakMemory
 from onnx_light.onnx._content.twins import transposed_twins
 from onnx_light.onnx._errors import TruncatedFileError
 

@@ -151,7 +151,7 @@ def test_scanner_matches_protobuf(model, threshold):
 _PEAK_SCRIPT = r"""
 import sys
 import onnx_light.onnx as onnxl
-from onnx_light.bench import PeakMemory
+from benchmarks.harness import PeakMemory
 with PeakMemory() as m:
     model = onnxl.load(sys.argv[1], load_external_data=False, skip_raw_data=True)
 print(m.growth, m.exact)
@@ -160,7 +160,7 @@ print(m.growth, m.exact)
 
 def test_skip_raw_data_memory_does_not_grow_with_model(tmp_path):
     """A 256 MiB single-file model is skip-loaded with far less than 64 MiB of growth."""
-    from onnx_light.bench import make_gemm_model
+    from benchmarks.harness import make_gemm_model
 
     path = tmp_path / "big.onnx"
     onnx.save(make_gemm_model(64, 1024), str(path))
@@ -329,7 +329,7 @@ _SCAN_MEMORY = textwrap.dedent(
     """
     import os, sys
     import onnx
-    from onnx_light.bench import PeakMemory
+    from benchmarks.harness import PeakMemory
     import onnx_light.onnx as onnxl
     from onnx_light.onnx._read.wire import scan_file
 

@@ -25,7 +25,7 @@ they write the very same bytes, and plots time and memory.
 # Build a two-file model and forget it
 # ------------------------------------
 #
-# :func:`onnx_light.bench.make_gemm_model` builds a chain of ``Gemm`` nodes;
+# ``benchmarks.harness.make_gemm_model`` builds a chain of ``Gemm`` nodes;
 # :func:`onnx.save_model` stores it as a ``.onnx`` with a ``.data`` file, the
 # layout most exporters produce. The weights are then dropped from memory:
 # the two approaches start from files on disk, as they would in real life.
@@ -43,7 +43,7 @@ import onnx
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import (
+from benchmarks.harness import (
     PeakMemory,
     describe_machine,
     empty_folder,
@@ -83,7 +83,7 @@ print(
 # Where do the tensors start? :func:`onnx.save_model` packs them one after
 # the other, so once the 8,000-byte table is written no weight starts on a
 # page boundary any more: ``offset % 4096`` is not 0.
-# :func:`onnx_light.bench.tensor_places` reads each tensor's file, offset and
+# ``benchmarks.harness.tensor_places`` reads each tensor's file, offset and
 # length from the ``.onnx`` alone.
 
 p_src = tensor_places(src)
@@ -123,12 +123,12 @@ def plain_copy(dst: str) -> None:
 # Measure time and peak memory
 # ----------------------------
 #
-# :func:`onnx_light.bench.measure_rounds` is the measuring method of this
+# ``benchmarks.harness.measure_rounds`` is the measuring method of this
 # gallery and of ``make bench``: each call runs in a process of its own
 # (forked from this script, so it starts with nothing an earlier run
 # allocated), in interleaved rounds (every approach once per round, in a new
 # order each round), with the source in the page cache and earlier writes
-# flushed. In that process :class:`onnx_light.bench.PeakMemory` resets the
+# flushed. In that process ``benchmarks.harness.PeakMemory`` resets the
 # kernel's peak counter (``VmHWM``, through ``/proc/self/clear_refs``) before
 # the call and reads it after: the growth is the exact peak of the call,
 # every allocation included. The table gives the median and the spread
@@ -154,7 +154,7 @@ table.round(3)
 
 # %%
 # The curves of memory over time come from one more run of each, with
-# :class:`onnx_light.bench.RssTimeline` sampling the resident set size
+# ``benchmarks.harness.RssTimeline`` sampling the resident set size
 # every 2 ms on a thread: a sampler running during the timed rounds would
 # slow them down.
 
@@ -216,7 +216,7 @@ p_stream.set_index("name").head(6)
 # What was measured, and the claim that does not depend on the machine,
 # asserted: the streaming copy's peak memory does not grow with the weights.
 # The words on the two times are the gallery report's, measured once with
-# more rounds (:meth:`onnx_light.bench.Comparison.sentence`: a ranking only
+# more rounds (``benchmarks.harness.Comparison.sentence``: a ranking only
 # where every round of one was below every round of the other, else within
 # this machine's noise); each sentence then says where this build's own
 # ratio falls against the report's range.

@@ -29,7 +29,7 @@ outputs in onnxruntime, and measures time and peak memory.
 # A two-file float32 model
 # ------------------------
 #
-# :func:`onnx_light.bench.make_gemm_model` builds a chain of ``Gemm`` nodes,
+# ``benchmarks.harness.make_gemm_model`` builds a chain of ``Gemm`` nodes,
 # saved as ``model.onnx`` + ``model.onnx.data`` as exporters write it. The
 # converter of onnxruntime is imported here, once, so that its import is not
 # part of what is measured.
@@ -48,7 +48,7 @@ from onnx import numpy_helper
 from onnxruntime.transformers import float16
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import (
+from benchmarks.harness import (
     describe_machine,
     empty_folder,
     legend_beside,
@@ -117,7 +117,7 @@ if not quick_run():
 # Measure
 # -------
 #
-# :func:`onnx_light.bench.measure_rounds`, the method of every benchmark of
+# ``benchmarks.harness.measure_rounds``, the method of every benchmark of
 # this gallery: each way in a process of its own, in interleaved rounds, the
 # source in the page cache, the destination emptied before each run; the
 # peak memory is the kernel's (``VmHWM``), every allocation included.
@@ -186,7 +186,7 @@ print(f"onnxruntime: outputs {got.shape} identical; largest difference to float3
 # -----------------
 #
 # The rankings are the gallery report's, measured once with more rounds
-# (:meth:`onnx_light.bench.Comparison.sentence`: a ranking only beyond the
+# (``benchmarks.harness.Comparison.sentence``: a ranking only beyond the
 # spread of its rounds, else within this machine's noise), followed by where
 # this build's own ratio falls. Asserted, whatever the machine: the usual
 # recipe holds every weight, onnx-light does not.

@@ -39,7 +39,7 @@ import pandas
 from onnx_ir.passes.common import DeduplicateInitializersPass
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import (
+from benchmarks.harness import (
     describe_machine,
     empty_folder,
     make_gemm_model,
@@ -129,8 +129,8 @@ print("same outputs, checker passes, for", ", ".join(names))
 # across models, so each model keeps its own file. A plain copy of the
 # export gives the time of moving the bytes at all. Each way runs in a
 # process of its own, in interleaved rounds
-# (:func:`onnx_light.bench.measure_rounds`), into a folder of its own
-# emptied before each run (:func:`onnx_light.bench.empty_folder`).
+# (``benchmarks.harness.measure_rounds``), into a folder of its own
+# emptied before each run (``benchmarks.harness.empty_folder``).
 
 
 def with_onnx_light() -> None:

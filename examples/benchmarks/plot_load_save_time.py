@@ -30,7 +30,7 @@ different work. We time three things on two-file models of growing size:
    the weights.
 
 Every file is in the page cache. Each call runs in a process of its own,
-in interleaved rounds (:func:`onnx_light.bench.measure_rounds`, the method of
+in interleaved rounds (``benchmarks.harness.measure_rounds``, the method of
 ``make bench``); the tables give the median and the spread over the rounds.
 """
 
@@ -51,7 +51,7 @@ import pandas
 from matplotlib.ticker import NullFormatter
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import (
+from benchmarks.harness import (
     compare,
     describe_machine,
     empty_folder,
@@ -207,7 +207,7 @@ largest[["operation", "library", "seconds", "min-max (s)", "MiB/s", "vs onnx"]].
 # largest size, in the words of the gallery report (measured once, with more
 # rounds): a ranking only when it holds beyond the spread of its rounds,
 # otherwise within this machine's noise
-# (:meth:`onnx_light.bench.Comparison.sentence`). Each sentence then says
+# (``benchmarks.harness.Comparison.sentence``). Each sentence then says
 # where this build's own ratio falls against the report's range.
 
 print(textwrap.fill(f"measured on {describe_machine()}", 100, subsequent_indent="  "))

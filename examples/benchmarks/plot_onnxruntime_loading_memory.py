@@ -19,7 +19,7 @@ This example builds one model, stores it in four layouts
 
 and creates a session from each, with and without the session option
 ``session.disable_prepacking``. Every session is created in a **process of
-its own**, in interleaved rounds (:func:`onnx_light.bench.measure_rounds`,
+its own**, in interleaved rounds (``benchmarks.harness.measure_rounds``,
 the method of ``make bench``), so the allocator and the kernel's peak
 counter start from the same state each time. We record
 
@@ -28,7 +28,7 @@ counter start from the same state each time. We record
 * the **anonymous** memory (``RssAnon``: heap, private copies of the weights)
   apart from the **file-backed** memory (``RssFile``: pages of memory-mapped
   files, shared with the page cache and reclaimable by the kernel), sampled
-  every 2 ms on a background thread by :class:`onnx_light.bench.RssTimeline`.
+  every 2 ms on a background thread by ``benchmarks.harness.RssTimeline``.
 
 Then we run one inference in each process and check every layout gives the
 same outputs.
@@ -54,7 +54,7 @@ import onnxruntime as ort
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import (
+from benchmarks.harness import (
     PeakMemory,
     RssTimeline,
     compare,
@@ -128,10 +128,10 @@ print(layouts)
 # ---------------
 #
 # The call below creates the session inside
-# :class:`~onnx_light.bench.PeakMemory` (the kernel's exact peak) and
-# :class:`~onnx_light.bench.RssTimeline` (anonymous and file-backed memory
+# ``PeakMemory`` (the kernel's exact peak) and
+# ``RssTimeline`` (anonymous and file-backed memory
 # over time), runs one inference, saves the output and returns its numbers.
-# :func:`~onnx_light.bench.measure_rounds` runs it in a process of its own:
+# ``measure_rounds`` runs it in a process of its own:
 # in this one, memory freed by a previous session would stay in the
 # allocator's pools, and pages mapped by one session would already be
 # resident for the next.

@@ -19,7 +19,7 @@ cProfile only sees the thread that calls it: onnx-light's parallel writers
 would hide their work in other threads, so it is profiled with
 ``num_threads=1``. The profiler slows the code it watches, so the wall
 times are measured apart, without it, each save in a process of its own in
-interleaved rounds (:func:`onnx_light.bench.measure_rounds`, the method of
+interleaved rounds (``benchmarks.harness.measure_rounds``, the method of
 ``make bench``).
 """
 
@@ -39,7 +39,7 @@ import onnx
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import (
+from benchmarks.harness import (
     describe_machine,
     empty_folder,
     make_gemm_model,

@@ -48,7 +48,7 @@ import onnxruntime
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import (
+from benchmarks.harness import (
     describe_machine,
     empty_folder,
     file_digests,
@@ -142,9 +142,9 @@ def shared() -> list[str]:
 # --------------------------------
 #
 # Each call runs in a process of its own, in interleaved rounds
-# (:func:`onnx_light.bench.measure_rounds`, the method of ``make bench``),
+# (``benchmarks.harness.measure_rounds``, the method of ``make bench``),
 # after the files of the previous run were removed (every file but the first
-# model's: :func:`onnx_light.bench.empty_folder`). Peak memory is the
+# model's: ``benchmarks.harness.empty_folder``). Peak memory is the
 # growth of the kernel's ``VmHWM`` during the call. The table gives the
 # median and the spread (min-max) over the rounds.
 

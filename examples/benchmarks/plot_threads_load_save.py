@@ -19,7 +19,7 @@ We time both with 1, 2 and 4 threads for the three usual layouts of a model:
 
 :func:`onnx.load` and :func:`onnx.save` give a reference for each layout.
 Each call runs in a process of its own, in interleaved rounds
-(:func:`onnx_light.bench.measure_rounds`, the method of ``make bench``), and
+(``benchmarks.harness.measure_rounds``, the method of ``make bench``), and
 the tables give the median over the rounds. Loads are timed with the files
 in the page cache and after evicting them; saves write to the page cache
 (the kernel flushes to disk later).
@@ -39,7 +39,7 @@ import onnx
 import pandas
 
 import onnx_light.onnx as onnxl
-from onnx_light.bench import (
+from benchmarks.harness import (
     compare,
     describe_machine,
     empty_folder,
@@ -111,7 +111,7 @@ for path in sources.values():
 
 
 def evict_folder(folder: str) -> None:
-    """Drop the files of ``folder`` from the page cache (:func:`onnx_light.bench.evict`)."""
+    """Drop the files of ``folder`` from the page cache (``benchmarks.harness.evict``)."""
     evict(os.path.join(folder, f) for f in os.listdir(folder))
 
 
@@ -248,7 +248,7 @@ acts = [no_parallel_work(op, layout) is None for op, layout in speedup.index]
 # %%
 # In words, from the gallery report (measured once, with more rounds): 4
 # threads against 1 is a ranking only when it holds beyond the spread of
-# the report's rounds (:func:`onnx_light.bench.compare`), else the two are
+# the report's rounds (``benchmarks.harness.compare``), else the two are
 # within this machine's noise; each sentence then says where this build
 # falls.
 

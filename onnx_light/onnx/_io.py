@@ -158,10 +158,16 @@ def save(
         ``model.onnx.data``, each at an offset multiple of 4096, or as a
         single file::
 
-            import onnx_light.onnx as onnxl
-            from onnx_light.bench import make_gemm_model
+            import numpy as np
 
-            model = make_gemm_model(4, 256)  # 4 weights of 256 x 256
+            import onnx_light.onnx as onnxl
+            from onnx_light.onnx import helper, numpy_helper
+
+            weights = [  # 4 weights of 256 x 256
+                numpy_helper.from_array(np.ones((256, 256), np.float32), f"W{i}")
+                for i in range(4)
+            ]
+            model = helper.make_model(helper.make_graph([], "g", [], [], weights))
             opts = onnxl.SerializeOptions(alignment=4096)
             onnxl.save(model, "model.onnx", location="model.onnx.data", options=opts)
             onnxl.save(model, "single.onnx")
@@ -212,10 +218,13 @@ def serialize_to_file(
     Examples:
         The in-memory save of a loaded model, aligned to 4096::
 
-            import onnx_light.onnx as onnxl
-            from onnx_light.bench import make_gemm_model
+            import numpy as np
 
-            model = make_gemm_model(4, 256)
+            import onnx_light.onnx as onnxl
+            from onnx_light.onnx import helper, numpy_helper
+
+            weight = numpy_helper.from_array(np.ones((256, 256), np.float32), "W")
+            model = helper.make_model(helper.make_graph([], "g", [], [], [weight]))
             opts = onnxl.SerializeOptions()
             opts.alignment = 4096
             model.SerializeToFile("inmem.onnx", opts, "inmem.data")

@@ -12,7 +12,7 @@ def quick_run() -> bool:
     """Whether this is a quick run: ``UNITTEST_GOING=1`` in the environment.
 
     The tests and CI set it: the gallery's scripts then build small models and
-    measure one round (:func:`~onnx_light.bench.default_rounds`), to run in
+    measure one round (:func:`~benchmarks.harness.default_rounds`), to run in
     seconds. ``make doc`` leaves it unset and measures at full size.
 
     Returns:

@@ -1,37 +1,43 @@
-"""Shared pieces of the examples, benchmarks and tests.
+"""Shared pieces of the examples, benchmarks and tests: the benchmarks' harness.
 
-- ``onnx_light.bench.memory``: the kernel's peak RSS (``VmHWM``) around an
+It lives beside the benchmarks, in the checkout, and is not part of the
+installed package; scripts and tests import it as ``benchmarks.harness`` with
+the checkout's root on ``sys.path``. Nothing here changes the machine it
+measures (no kernel setting, no memory touched beforehand, no global cache
+drop): a cold read evicts only the files it measures.
+
+- ``benchmarks.harness.memory``: the kernel's peak RSS (``VmHWM``) around an
   operation, and anonymous vs file-backed memory;
-- ``onnx_light.bench.status``: the kernel's counters (``/proc/self/status``);
-- ``onnx_light.bench.timeline``: RSS sampled over time on a background thread;
-- ``onnx_light.bench.models``: synthetic Gemm models of any size, a
+- ``benchmarks.harness.status``: the kernel's counters (``/proc/self/status``);
+- ``benchmarks.harness.timeline``: RSS sampled over time on a background thread;
+- ``benchmarks.harness.models``: synthetic Gemm models of any size, a
   tree ensemble (metadata only, millions of fields), and a model of many
   tiny tensors;
-- ``onnx_light.bench.filesystems``: XFS and btrfs images, loop-mounted;
-- ``onnx_light.bench.rounds``: the measuring method of the gallery and
+- ``benchmarks.harness.filesystems``: XFS and btrfs images, loop-mounted;
+- ``benchmarks.harness.rounds``: the measuring method of the gallery and
   ``make bench``: each operation in a process of its own, interleaved
   rounds, the spread kept;
-- ``onnx_light.bench.cache``: files dropped from the page cache;
-- ``onnx_light.bench.compare``: what a gallery page says of two
+- ``benchmarks.harness.cache``: files dropped from the page cache;
+- ``benchmarks.harness.compare``: what a gallery page says of two
   measurements: the words (a ranking, or "within this machine's noise")
   come from the gallery report (``benchmarks/results/gallery.json``,
   measured once by ``make gallery-report``), so every build states the same
   ones; each build shows its own figures and says whether they fall inside
   the report's range;
-- ``onnx_light.bench.figures``: one-picture summaries for the gallery,
+- ``benchmarks.harness.figures``: one-picture summaries for the gallery,
   medians of rounds side by side, and the site's palette (each tool its
   colour in every figure) and legends that cover no data;
-- ``onnx_light.bench.machine``: which machine a measurement was made on;
-- ``onnx_light.bench.sizes``: the full size of a measurement, or a quick one
+- ``benchmarks.harness.machine``: which machine a measurement was made on;
+- ``benchmarks.harness.sizes``: the full size of a measurement, or a quick one
   under ``UNITTEST_GOING=1``;
-- ``onnx_light.bench.folders``: a destination emptied before each run, the
+- ``benchmarks.harness.folders``: a destination emptied before each run, the
   bytes on disk, the digests that show a file was not touched;
-- ``onnx_light.bench.places``: where each weight of a model lies (file,
+- ``benchmarks.harness.places``: where each weight of a model lies (file,
   offset, length), from the ``.onnx`` alone;
-- ``onnx_light.bench.command``: the ``onnx-light`` command run and shown as
+- ``benchmarks.harness.command``: the ``onnx-light`` command run and shown as
   a reader would type it.
 
-Only ``onnx_light.bench.models`` needs nothing beyond the core
+Only ``benchmarks.harness.models`` needs nothing beyond the core
 dependencies; all work on Linux (``/proc``) and degrade elsewhere.
 """
 

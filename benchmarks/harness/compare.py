@@ -54,9 +54,7 @@ WIDTH = 100  # the columns of a gallery page's output block: sentences wrap ther
 REPORT_ENV = "ONNX_LIGHT_GALLERY_REPORT"
 MEASURE_ENV = "ONNX_LIGHT_GALLERY_MEASURE"
 _HERE = os.path.dirname(os.path.abspath(__file__))
-REPORT = os.path.join(
-    os.path.dirname(os.path.dirname(_HERE)), "benchmarks", "results", "gallery.json"
-)
+REPORT = os.path.join(os.path.dirname(_HERE), "results", "gallery.json")  # benchmarks/results
 
 
 class ContradictsReport(AssertionError):

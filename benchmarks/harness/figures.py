@@ -159,7 +159,7 @@ def summary_bars(
     Args:
         labels: one per bar, top to bottom.
         values: the bars' lengths, one per label, or ``{label: rounds}``
-            (e.g. :meth:`~onnx_light.bench.Rounds.seconds` of each).
+            (e.g. :meth:`~benchmarks.harness.Rounds.seconds` of each).
         unit: what the values count, shown after each value and on the axis.
         title: the figure's title.
         reference: an optional vertical dashed line (e.g. the model's size).

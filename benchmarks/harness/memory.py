@@ -49,7 +49,7 @@ class PeakMemory:
     """Peak RSS growth of the code run inside ``with PeakMemory() as m:``.
 
     Freed memory is handed back to the kernel first
-    (:func:`~onnx_light.bench.release_free_memory`), so successive measurements in one process
+    (:func:`~benchmarks.harness.release_free_memory`), so successive measurements in one process
     do not hide behind memory a previous run left behind.
 
     Attributes:

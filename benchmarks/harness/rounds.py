@@ -11,7 +11,7 @@ faults. So every measurement here is made
   order each round (the first in the given order), so a slow minute of the
   machine hits every operation, not one;
 - with the **page cache warm** (the given files read just before) unless the
-  caller evicts them (only those files: :func:`~onnx_light.bench.evict`), and
+  caller evicts them (only those files: :func:`~benchmarks.harness.evict`), and
   with **earlier writes flushed** (``sync``) so their write-back does not land
   in the next run.
 
@@ -20,10 +20,10 @@ touched beforehand, no cache dropped but the measured files'. What noise is
 left shows in the spread over the rounds, which a ranking has to clear.
 
 Each run reports its wall time and its peak RSS growth from the kernel
-(:class:`~onnx_light.bench.PeakMemory`); the spread over the rounds is kept,
-and :meth:`~onnx_light.bench.Rounds.compare` compares two operations: a page
+(:class:`~benchmarks.harness.PeakMemory`); the spread over the rounds is kept,
+and :meth:`~benchmarks.harness.Rounds.compare` compares two operations: a page
 states the gallery report's verdict (measured once, with more rounds) and
-where this measure's rounds fall against it (``onnx_light.bench.compare``).
+where this measure's rounds fall against it (``benchmarks.harness.compare``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def default_rounds() -> int:
 
     Five rounds give a spread a build's ratio can be checked against the
     gallery report with (a ranking needs at least 3 rounds of each, see
-    :func:`~onnx_light.bench.compare`). While the report is measured
+    :func:`~benchmarks.harness.compare`). While the report is measured
     (``ONNX_LIGHT_GALLERY_ROUNDS``, set by ``make gallery-report``), its
     rounds instead.
     """
@@ -146,9 +146,9 @@ class Rounds:
     def compare(self, a: str, b: str, what: str = "seconds", context: str = "") -> Comparison:
         """``a`` against ``b`` on ``what`` ("seconds" or "peak", in MiB).
 
-        Its :meth:`~onnx_light.bench.Comparison.sentence` states the gallery
+        Its :meth:`~benchmarks.harness.Comparison.sentence` states the gallery
         report's verdict and where these rounds fall against it (``context``: see
-        :func:`~onnx_light.bench.compare`).
+        :func:`~benchmarks.harness.compare`).
         """
         if what == "seconds":
             return compare(a, self.seconds(a), b, self.seconds(b), "s", context)
