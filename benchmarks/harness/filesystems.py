@@ -4,6 +4,11 @@ The benchmarks and tests run the same operations on ext4, XFS and btrfs:
 :func:`loop_mount` creates a sparse image, formats it and mounts it (root and
 the system's ``mkfs.xfs`` / ``mkfs.btrfs`` needed); :func:`unavailable` says
 why it cannot, so callers skip with a clear note instead of failing.
+
+Only what it makes is touched: a sparse image file in a folder of its own,
+attached to a free loop device, mounted on a folder of its own, and all three
+undone on exit. The kernel's filesystem module, where it was not loaded, is
+loaded (``modprobe``, as ``mount`` would) and left loaded.
 """
 
 from __future__ import annotations
@@ -43,7 +48,10 @@ def unavailable(kind: str) -> str | None:
         # not loaded yet: mount loads the module when it can
         if shutil.which("modprobe") is None:
             return f"the kernel has no {kind} support"
-        subprocess.run(["modprobe", kind], capture_output=True)
+        done = subprocess.run(["modprobe", kind], capture_output=True, text=True)
+        if done.returncode != 0:
+            why = done.stderr.strip() or f"exit status {done.returncode}"
+            return f"the kernel has no {kind} support (modprobe {kind}: {why})"
     return None
 
 
