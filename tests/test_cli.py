@@ -28,7 +28,7 @@ from onnx import helper, numpy_helper
 
 import onnx_light
 import onnx_light.onnx as onnxl
-from onnx_light.bench import make_gemm_model, weights_nbytes
+from benchmarks.harness import make_gemm_model, weights_nbytes
 from onnx_light.cli import build_parser, main
 
 N, DIM = 4, 64
