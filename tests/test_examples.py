@@ -1,13 +1,14 @@
-"""Every gallery example runs on its own, at small sizes, and prints its conclusions.
+"""Every benchmark of the gallery runs on its own, at small sizes, and prints its conclusions.
 
-Each ``examples/*/plot_*.py`` runs in a fresh interpreter with
+Each ``examples/benchmarks/plot_*.py`` runs in a fresh interpreter with
 ``UNITTEST_GOING=1`` (small models) and ``MPLBACKEND=Agg`` (no display), from
 an empty temporary folder so a script that writes next to itself is caught. Its
 output must hold the lines that state what it shows (:data:`CONCLUSIONS`, a
-pattern per line); a benchmark must also print at least one ranking sentence,
+pattern per line) and at least one ranking sentence,
 as ``_doc/conclusions.py`` reads them from the built site, in the words of the
 committed gallery report (``benchmarks/results/gallery.json``) where it has the
 comparison, and, in this quick run, without comparing its ratio with the report's.
+The getting-started recipes run as a reader runs them: ``tests/test_recipes.py``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 from benchmarks.harness.compare import report_entries
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-SCRIPTS = sorted(EXAMPLES.glob("*/plot_*.py"))
+SCRIPTS = sorted(EXAMPLES.glob("benchmarks/plot_*.py"))
 TIMEOUT = 600
 
 _spec = importlib.util.spec_from_file_location(
@@ -63,47 +64,15 @@ CONCLUSIONS = {
         r"outputs \(\d+, \d+\): shared == naive, and match numpy",
     ],
     "plot_threads_load_save.py": [r"the default num_threads=None uses at most \d+ threads? .*"],
-    "plot_dedup.py": [
-        r"[\d.]+ MiB of tensors -> [\d.]+ MiB written \([\d.]+ MiB saved\), \d+ tensors stored "
-        r"once for both",
-        r"\d+ tensors, each at the same offset of model.onnx_data in both models",
-        r"onnxruntime: the same outputs before and after, for decoder_model and "
-        r"decoder_with_past_model",
-    ],
-    "plot_edit_without_loading.py": [
-        r"half.onnx: same outputs as onnx's in-memory edit",
-        r"compact/half.onnx: same outputs as onnx's in-memory edit",
-    ],
-    "plot_hf_cache.py": [
-        r"2 blobs, same sha256 as before",
-        r"onnxruntime: outputs \(\d+, \d+\) identical \(cache, mine, mine_cli\)",
-    ],
-    "plot_inspect_verify.py": [
-        r"OK good/model.onnx: \d+ external tensors, every reference valid.*",
-        r"tensors past the end: \[.+\]",
-    ],
-    "plot_realign.py": [
-        r"\d+ tensors: same bytes before and after, zeros between them",
-        r"onnxruntime: outputs \(\d+, \d+\) identical for the three models",
-    ],
-    "plot_shards.py": [
-        r"\d+ tensors: the same values after loading the shards",
-        r"onnxruntime: outputs \(\d+, \d+\) identical \(in memory, onnx-ir names, "
-        r"transformers.js\)",
-    ],
-    "plot_shared_variant.py": [
-        r"variant == copy; max \|variant - first\| = [\d.]+",
-        r"first.onnx and first.onnx.data unchanged",
-    ],
 }
 
 
 def test_examples_found():
-    assert SCRIPTS, f"no examples/*/plot_*.py under {EXAMPLES}"
+    assert SCRIPTS, f"no examples/benchmarks/plot_*.py under {EXAMPLES}"
 
 
 def test_every_example_states_its_conclusions():
-    """A new example must say here which lines state what it shows."""
+    """A new benchmark must say here which lines state what it shows."""
     assert sorted(s.name for s in SCRIPTS) == sorted(CONCLUSIONS)
 
 
@@ -133,22 +102,20 @@ def test_example_runs(script: Path, tmp_path: Path):
             f"{script.name} did not print a line matching {pattern!r}\n"
             f"--- stdout (end) ---\n{proc.stdout[-3000:]}"
         )
-    if script.parent.name == "benchmarks":
-        logical = conclusions.logical_lines(proc.stdout)
-        stated = [c for c in map(conclusions.read, logical) if c is not None]
-        assert stated, f"{script.name} printed no ranking sentence (Comparison.sentence())"
-        reported = {
-            (context, tuple(sorted((a, b)))): entry
-            for (name, context, a, b, _), entry in report_entries().items()
-            if name == script.name
-        }
-        for c in stated:
-            entry = reported.get((c.context, c.pair))
-            if entry is None:  # a comparison the report lacks: the build's own, said so
-                assert c.source == "this build", c
-                continue
-            assert c.source == "report" and c.words == entry["words"], (
-                f"{script.name} did not state the gallery report's words:\n{c.words}\n"
-                f"{entry['words']}"
-            )
-            assert "(a quick run, small sizes)" in c.build and "not compared" in c.build
+    logical = conclusions.logical_lines(proc.stdout)
+    stated = [c for c in map(conclusions.read, logical) if c is not None]
+    assert stated, f"{script.name} printed no ranking sentence (Comparison.sentence())"
+    reported = {
+        (context, tuple(sorted((a, b)))): entry
+        for (name, context, a, b, _), entry in report_entries().items()
+        if name == script.name
+    }
+    for c in stated:
+        entry = reported.get((c.context, c.pair))
+        if entry is None:  # a comparison the report lacks: the build's own, said so
+            assert c.source == "this build", c
+            continue
+        assert c.source == "report" and c.words == entry["words"], (
+            f"{script.name} did not state the gallery report's words:\n{c.words}\n{entry['words']}"
+        )
+        assert "(a quick run, small sizes)" in c.build and "not compared" in c.build
