@@ -18,9 +18,9 @@ import pytest
 
 import onnx_light.onnx as onnxl
 from benchmarks.harness import file_digests
-from onnx_light.onnx._plan.cast import BFLOAT16, DOUBLE, FLOAT, FLOAT16, Conversion
-from onnx_light.onnx._write import cast as cast_module
-from onnx_light.onnx._write.cast import convert
+from onnx_light.onnx._dtypes import BFLOAT16, DOUBLE, FLOAT, FLOAT16, Conversion
+from onnx_light.onnx._write import convert as convert_module
+from onnx_light.onnx._write.convert import convert
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -211,7 +211,7 @@ def test_other_conversions_through_save_edited(tmp_path, dtype, to, reference):
 
 def test_a_tensor_spanning_many_chunks(tmp_path, monkeypatch):
     """Chunks cut at whole values, written at the right offsets, on several threads."""
-    monkeypatch.setattr(cast_module, "CAST_CHUNK", 4096 + 4)  # not a power of two
+    monkeypatch.setattr(convert_module, "CAST_CHUNK", 4096 + 4)  # not a power of two
     rng = np.random.default_rng(4)
     arrays = {"W": rng.standard_normal((301, 77)).astype(np.float32), "B": np.ones(77, np.float32)}
     src = _model(tmp_path, arrays)

@@ -172,7 +172,7 @@ def test_a_truncated_source_fails_before_anything_is_written(tmp_path):
 
 
 def test_a_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
-    from onnx_light.onnx._write import cast as cast_module
+    from onnx_light.onnx._write import convert as convert_module
 
     src = _model(tmp_path)
     before = file_digests(tmp_path)
@@ -180,7 +180,7 @@ def test_a_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cast_module, "convert", boom)
+    monkeypatch.setattr(convert_module, "convert", boom)
     with pytest.raises(OSError, match="No space"):
         onnxl.convert_float_to_float16(src, src)  # in place: the old model stays
     assert file_digests(tmp_path) == before

@@ -5,7 +5,10 @@ The import graph is read from the source with :mod:`ast`: every ``import`` and
 ``from P import x`` is an edge to ``P.x`` when that is a module, and to ``P``
 when ``x`` is a name ``P`` defines or ``P`` is not a package the importer lies
 in (importing it runs its ``__init__``). Imports under ``if TYPE_CHECKING:`` are
-never run, so they are not edges.
+never run, so they are no edges of the graph of what runs (cycles, each module
+imported alone); they are edges of the graph of what a module names
+(``type_checking=True``), which the order of the stages checks: an annotation that
+reaches a later stage is a dependency too, one Python never sees.
 """
 
 from __future__ import annotations
@@ -44,14 +47,15 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(tree: ast.AST):
-    """Every Import / ImportFrom node of ``tree``, but those under ``if TYPE_CHECKING:``."""
+def _imports(tree: ast.AST, type_checking: bool = False):
+    """Every Import / ImportFrom node of ``tree``; those under ``if TYPE_CHECKING:``
+    only when ``type_checking`` is true."""
     stack = [tree]
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+        elif isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
             stack.extend(node.orelse)
         else:
             stack.extend(ast.iter_child_nodes(node))
@@ -62,8 +66,9 @@ def _ancestors(module: str) -> set[str]:
     return {".".join(parts[:i]) for i in range(1, len(parts))}
 
 
-def import_graph(modules: dict[str, str]) -> dict[str, set[str]]:
-    """{module: modules of the package it imports}, as the module docstring says."""
+def import_graph(modules: dict[str, str], type_checking: bool = False) -> dict[str, set[str]]:
+    """{module: modules of the package it imports}, as the module docstring says
+    (with ``type_checking``, the imports under ``if TYPE_CHECKING:`` too)."""
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
         with open(path, encoding="utf-8") as f:
@@ -79,7 +84,7 @@ def import_graph(modules: dict[str, str]) -> dict[str, set[str]]:
                 if name in modules:
                     edges.add(name)
 
-        for node in _imports(tree):
+        for node in _imports(tree, type_checking):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     add(alias.name)
@@ -202,6 +207,10 @@ def test_the_graph_sees_function_imports_and_skips_type_checking(tmp_path):
     assert graph["pkg.d"] == {"pkg.a"} and graph["pkg.e"] == {"pkg.d"}
     assert graph["pkg.a"] == {"pkg.b"}  # its own package's __init__ is no edge
     assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
+    # what the modules name: d -> e under TYPE_CHECKING is an edge, and a circle
+    named = import_graph(package_modules(str(root), "pkg"), type_checking=True)
+    assert named["pkg.d"] == {"pkg.a", "pkg.e"}
+    assert ["pkg.d", "pkg.e", "pkg.d"] in find_cycles(named)
 
 
 _IMPORT_EACH = textwrap.dedent(
@@ -329,10 +338,10 @@ def test_stage_folders_have_empty_init_files():
 
 
 # The engine's folders in the order they may import each other: a module imports only
-# from its own folder and the ones before it. The settings and errors are the base;
+# from its own folder and the ones before it. The settings, errors and dtypes are the base;
 # the writers and the facade (onnx_light.onnx's own modules) sit on top.
 STAGES = ("base", "_system", "_read", "_commit", "_plan", "_content", "_write", "_graph", "writers")
-BASE = {f"{PACKAGE}.onnx._errors", f"{PACKAGE}.onnx._options"}
+BASE = {f"{PACKAGE}.onnx._{name}" for name in ("errors", "options", "dtypes")}
 
 
 def _stage(module: str) -> str | None:
@@ -349,8 +358,10 @@ def _stage(module: str) -> str | None:
 def test_the_stage_folders_import_in_order():
     """base -> _system -> _read -> _commit -> _plan -> _content, _write -> _graph ->
     writers: no module imports from a later stage (_content and _write do not import
-    each other)."""
-    graph = import_graph(package_modules(_package_root(), PACKAGE))
+    each other), not even under ``if TYPE_CHECKING:``: an annotation naming a later
+    stage's class is a dependency on that stage, one that running the code never
+    shows."""
+    graph = import_graph(package_modules(_package_root(), PACKAGE), type_checking=True)
     folders = {
         m.split(".")[2]
         for m in graph

@@ -5,7 +5,7 @@ the weights' size: shape inference and the checker run on it), by the graph
 rules of onnxruntime's own converter (``_graph/float16.py``). The weights follow:
 each float32 tensor the rules turn into float16 keeps its reference to the
 float32 bytes, and the writer clips and casts those bytes while it streams them
-into the new weights file (``_write/cast.py``), so memory holds a few chunks.
+into the new weights file (``_write/convert.py``), so memory holds a few chunks.
 The rest is ``save_edited``'s compact copy: the one planner, the copy engine for
 the bytes that do not change, the one ending.
 """
@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from ._commit.atomic import folder_lock
 from ._commit.prune import remove, unreferenced
 from ._commit.targets import destination_path, is_in_place, overwrite_hint, weights_destination
+from ._dtypes import FLOAT, FLOAT16, Conversion
 from ._graph.float16 import convert_graph
 from ._options import SerializeOptions, check_progress, check_size_threshold
-from ._plan.cast import FLOAT, FLOAT16, Cast, Conversion
 from ._read.scan import scan_model
 from ._read.sources import SourceFiles, kernel_path
-from ._read.tensors import iter_tensors
+from ._read.tensors import Cast, iter_tensors
 from ._write.save_plan import SavePlan
 from ._write.shards import default_weights
 

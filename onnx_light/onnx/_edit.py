@@ -24,7 +24,8 @@ import onnx
 from ._commit.targets import destination_path, real_entry
 from ._errors import shown
 from ._options import SerializeOptions, check_progress, check_size_threshold
-from ._plan.cast import find_casts, source_tensors
+from ._plan.cast import find_casts
+from ._read.source_tensors import source_tensors
 from ._read.sources import SourceFiles, kernel_path
 from ._write.save_plan import SavePlan
 from ._write.shards import default_weights

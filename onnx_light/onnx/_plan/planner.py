@@ -24,17 +24,13 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
 
 from .._errors import ExternalDataError, shown
 from .._read.external import InlineSpans, TensorRef, check_length, check_movable
 from .._read.sources import SourceFile
-from .._read.tensors import TensorSite, is_external, tensor_nbytes, typed_bytes
+from .._read.tensors import Cast, TensorSite, is_external, tensor_nbytes, typed_bytes
 
 __all__ = ["Fate", "Item", "Kind", "Mode", "Plan", "decide", "plan_tensors"]
-
-if TYPE_CHECKING:
-    from .cast import Cast
 
 
 class Mode(Enum):

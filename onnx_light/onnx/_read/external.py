@@ -32,13 +32,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from sys import intern
-from typing import TYPE_CHECKING
 
 import onnx
 
+from .._dtypes import dtype_name
 from .._errors import ExternalDataError, Lazy, shown
 from .sources import SourceFile, SourceFiles
-from .tensors import TensorSite, tensor_nbytes
+from .tensors import Cast, TensorSite, tensor_nbytes
 
 __all__ = [
     "InlineSpans",
@@ -54,10 +54,6 @@ __all__ = [
     "read_entries",
     "set_inline",
 ]
-
-if TYPE_CHECKING:
-    from .._plan.cast import Cast
-
 
 MAX_DIGITS = 100  # longer integers are not parsed (int() refuses over 4300 digits)
 _TYPED_FIELDS = (
@@ -307,10 +303,9 @@ def check_length(site: TensorSite, length: int, file: str, cast: Cast | None = N
     meant = ""
     if cast is not None and expected is not None:
         expected = cast.conversion.source_length(expected)
-        name = onnx.TensorProto.DataType.Name
         meant = (
-            f" of {name(cast.conversion.src)}, the dtype the bytes have in the source, "
-            f"converted to {name(cast.conversion.dst)}: the dims must hold the values "
+            f" of {dtype_name(cast.conversion.src)}, the dtype the bytes have in the source, "
+            f"converted to {dtype_name(cast.conversion.dst)}: the dims must hold the values "
             "the bytes do"
         )
     if expected is not None and expected != length:

@@ -8,7 +8,9 @@ nested model cannot exhaust Python's recursion.
 
 Each tensor comes with its *path* from the model, a tuple of ``(field, index)``
 steps (``index`` is None for a singular field), used both to name it in error
-messages and to substitute it when a model is serialised.
+messages and to substitute it when a model is serialised. A tensor whose bytes
+change dtype on their way to a new weights file is a :class:`Cast`: its site
+and the conversion (``_dtypes.py``).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import onnx
 import onnx.helper
 import onnx.numpy_helper
 
+from .._dtypes import Conversion
 from .._errors import ExternalDataError
 
 __all__ = [
+    "Cast",
     "TensorSite",
     "is_external",
     "iter_tensors",
@@ -114,6 +118,22 @@ class TensorSite:
         """A human name: the tensor's name and, when it has none, its path."""
         where = path_to_str(self.path)
         return f"{self.tensor.name!r} ({where})" if self.tensor.name else where
+
+
+@dataclass(slots=True)
+class Cast:
+    """One tensor whose bytes are converted while they are copied.
+
+    Attributes:
+        conversion: what happens to its bytes.
+        site: the edited tensor (its new ``data_type``): the one the new
+            ``.onnx`` gets, placed in the new weights file.
+        clipped: values the clipping changed, counted by the writer.
+    """
+
+    conversion: Conversion
+    site: TensorSite
+    clipped: int = 0
 
 
 def path_to_str(path: Path) -> str:

@@ -6,7 +6,7 @@ by ``num_threads`` writers at their planned offsets. At most
 :data:`IN_FLIGHT_BYTES` of raw data are copied out of the model at once (or a
 single tensor, when it is larger), so memory grows by at most the largest
 tensor + 64 MiB. Bytes that change dtype on the way are read, converted and
-written in chunks (``_write/cast.py``).
+written in chunks (``_write/convert.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .._plan.planner import Item
 from .._read.sources import SourceFiles
 from .._system.files import preallocate
 from .._system.pool import Pool
-from .cast import write_casts
+from .convert import write_casts
 from .copy import CopyEngine, pwrite_all
 from .fs import CopyPolicy, copy_policy
 from .runs import BATCH_BYTES, Run, Scratch, copy_batch, copy_run, groups, runs

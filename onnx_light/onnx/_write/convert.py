@@ -1,6 +1,6 @@
 """Bytes converted to another dtype while they stream into a weights file.
 
-Each tensor whose bytes change dtype (:class:`~onnx_light.onnx._plan.cast.Cast`)
+Each tensor whose bytes change dtype (a ``Cast``, found by ``_plan/cast.py``)
 is read in chunks of whole values, converted with numpy and written at its
 planned offset: memory holds a few chunks, whatever the model's size. Chunks are
 converted on a small pool of threads (numpy's casts and comparisons release the
@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._dtypes import BFLOAT16, DOUBLE, FLOAT, FLOAT16, ITEMSIZE, Conversion
 from .._errors import TruncatedFileError, shown
-from .._plan.cast import BFLOAT16, DOUBLE, FLOAT, FLOAT16, ITEMSIZE, Conversion
 from .._plan.planner import Item
 from .._read.sources import SourceFiles
 from .._system.files import read_upto
