@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import folder_digest
+from helpers import folder_digest
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl

@@ -18,8 +18,8 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import external_offsets, folder_digest, read_back, run_ort, save_two_file
-from conftest import run_cli as _cli
+from helpers import external_offsets, folder_digest, read_back, run_ort, save_two_file
+from helpers import run_cli as _cli
 from onnx import helper, numpy_helper
 
 import onnx_light.cli as cli

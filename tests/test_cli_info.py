@@ -14,8 +14,8 @@ import os
 
 import numpy as np
 import onnx
-from conftest import run_cli as _cli
-from conftest import save_two_file
+from helpers import run_cli as _cli
+from helpers import save_two_file
 from onnx import helper, numpy_helper
 
 N_SMALL, N_WEIGHTS = 300, 4

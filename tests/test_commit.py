@@ -16,7 +16,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import folder_digest, read_back, save_two_file
+from helpers import folder_digest, read_back, save_two_file
 
 import onnx_light.onnx as onnxl
 from onnx_light.onnx._commit import atomic as _atomic
@@ -128,7 +128,7 @@ def test_commit_through_two_spellings_of_one_folder(pair, tmp_path):
 
 
 def test_session_opened_before_an_in_place_align_keeps_working(tmp_path, runnable):
-    from conftest import run_ort
+    from helpers import run_ort
 
     ort = pytest.importorskip("onnxruntime")
     path = tmp_path / "m.onnx"

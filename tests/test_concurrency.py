@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import onnx
 import pytest
-from conftest import external_offsets, make_every_kind_model, read_back, save_two_file, tensor_bytes
-from conftest import two_file_pair as _pair
+from helpers import external_offsets, make_every_kind_model, read_back, save_two_file, tensor_bytes
+from helpers import two_file_pair as _pair
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl

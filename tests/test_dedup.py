@@ -7,7 +7,7 @@ import os
 import numpy as np
 import onnx
 import pytest
-from conftest import (
+from helpers import (
     external_offsets,
     external_places,
     folder_digest,
@@ -303,7 +303,7 @@ def test_weights_named_after_any_destination_model_is_refused_plainly(
 ):
     """Every destination model is checked against the weights name, not only the
     first, and the message says so (it used to blame a case-folding filesystem)."""
-    from conftest import uint8_model
+    from helpers import uint8_model
 
     from onnx_light.cli import main
 

@@ -29,9 +29,8 @@ import textwrap
 import numpy as np
 import onnx
 import pytest
-from conftest import read_back, save_two_file, write_safetensors
+from helpers import hf_snapshot, read_back, save_two_file, write_safetensors
 from onnx import numpy_helper
-from test_hf_cache import _hf_snapshot
 
 from benchmarks.harness import make_gemm_model
 
@@ -111,7 +110,7 @@ def _fixtures(folder, home) -> None:
         (folder / name / "tokenizer.json").write_text("{}")
     hub = home / ".cache" / "huggingface" / "hub"
     hub.mkdir(parents=True)
-    _hf_snapshot(hub, "both-linked")
+    hf_snapshot(hub, "both-linked")
     os.rename(hub / "models--org--name", hub / "models--onnx-community--tiny")
     os.rmdir(hub / "work")
 
@@ -302,7 +301,7 @@ def test_hugging_face_recipe_writes_plain_files(tmp_path, monkeypatch):
     home = tmp_path / "home"
     hub = home / ".cache" / "huggingface" / "hub"
     hub.mkdir(parents=True)
-    _, tensors = _hf_snapshot(hub, "both-linked")
+    _, tensors = hf_snapshot(hub, "both-linked")
     os.rename(hub / "models--org--name", hub / "models--onnx-community--tiny")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(tmp_path)

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import read_back, save_two_file
+from helpers import read_back, save_two_file
 
 import onnx_light.onnx as onnxl
 import onnx_light.onnx._write.copy as copy_module

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import read_back, save_two_file
+from helpers import read_back, save_two_file
 
 import onnx_light.onnx as onnxl
 import onnx_light.onnx._dedup as dedup_module

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import save_two_file
+from helpers import save_two_file
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_light.onnx as onnxl

@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import read_back, save_two_file, uint8_model
+from helpers import read_back, save_two_file, uint8_model
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
 

@@ -16,7 +16,7 @@ import os
 import numpy as np
 import onnx
 import pytest
-from conftest import (
+from helpers import (
     external_offsets,
     external_places,
     external_tensor,

@@ -16,7 +16,7 @@ import os
 import numpy as np
 import onnx
 import pytest
-from conftest import external_tensor, folder_digest, model_from_initializer_bytes, read_back
+from helpers import external_tensor, folder_digest, model_from_initializer_bytes, read_back
 from onnx import TensorProto, helper
 
 import onnx_light.onnx as onnxl

@@ -18,7 +18,7 @@ import onnx.shape_inference
 import onnx.utils
 import onnx.version_converter
 import pytest
-from conftest import external_offsets, folder_digest, read_back, save_two_file, tensor_bytes
+from helpers import external_offsets, folder_digest, read_back, save_two_file, tensor_bytes
 
 import onnx_light.onnx as onnxl
 from benchmarks.harness import make_gemm_model
@@ -293,7 +293,7 @@ def test_progress_and_shards(source, tmp_path):
 def test_the_source_onnx_is_never_the_new_weights_file_when_sharing(tmp_path):
     """A sharing save whose weights file would be the source .onnx itself: refused."""
     import numpy as np
-    from conftest import folder_digest, save_two_file
+    from helpers import folder_digest, save_two_file
 
     from benchmarks.harness import make_gemm_model
 

@@ -22,10 +22,10 @@ import threading
 
 import onnx
 import pytest
-from conftest import assert_clean_failure as _one_line
-from conftest import folder_digest, read_back, save_two_file, tensor_bytes, uint8_model
-from conftest import run_cli as _cli
-from conftest import two_file_pair as _pair
+from helpers import assert_clean_failure as _one_line
+from helpers import folder_digest, read_back, save_two_file, tensor_bytes, uint8_model
+from helpers import run_cli as _cli
+from helpers import two_file_pair as _pair
 
 import onnx_light.onnx as onnxl
 from onnx_light.cli import main

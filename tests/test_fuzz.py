@@ -22,7 +22,7 @@ import signal
 
 import onnx
 import pytest
-from conftest import make_every_kind_model
+from helpers import make_every_kind_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -12,47 +12,18 @@ import os
 
 import onnx
 import pytest
-from conftest import folder_digest, read_back, save_two_file, tensor_bytes
-from conftest import uint8_model as _model
+from helpers import folder_digest, hf_snapshot, read_back, tensor_bytes
+from helpers import uint8_model as _model
 
 import onnx_light.onnx as onnxl
 from onnx_light.cli import main
-
-
-def _hf_snapshot(root, layout: str):
-    """A Hugging Face hub cache: snapshots/<rev>/onnx/model.onnx (+ model.onnx_data).
-
-    ``layout``: "both-linked" (both files symlinks into blobs/), "onnx-linked"
-    (the .onnx a symlink, the data a plain file beside it) or "nested" (both
-    linked, one folder deeper).
-    """
-    model = _model()
-    work = root / "work"
-    work.mkdir()
-    save_two_file(model, work / "model.onnx", location="model.onnx_data", size_threshold=0)
-    repo = root / "models--org--name"
-    blobs = repo / "blobs"
-    blobs.mkdir(parents=True)
-    sub = "onnx/decoder" if layout == "nested" else "onnx"
-    snap = repo / "snapshots" / "0123abcd" / sub
-    snap.mkdir(parents=True)
-    up = os.path.relpath(blobs, snap)
-    os.replace(work / "model.onnx", blobs / "aaaa1111")
-    os.symlink(os.path.join(up, "aaaa1111"), snap / "model.onnx")
-    if layout == "onnx-linked":
-        os.replace(work / "model.onnx_data", snap / "model.onnx_data")
-    else:
-        os.replace(work / "model.onnx_data", blobs / "bbbb2222")
-        os.symlink(os.path.join(up, "bbbb2222"), snap / "model.onnx_data")
-    return snap / "model.onnx", tensor_bytes(model)
-
 
 LAYOUTS = ["both-linked", "onnx-linked", "nested"]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_hf_snapshot_loads_and_aligns_out(tmp_path, layout, capsys):
-    path, tensors = _hf_snapshot(tmp_path, layout)
+    path, tensors = hf_snapshot(tmp_path, layout)
     cache_before = folder_digest(tmp_path / "models--org--name" / "blobs")
     assert tensor_bytes(onnxl.load(path)) == tensors
     out = tmp_path / "mine"
@@ -71,7 +42,7 @@ def test_hf_snapshot_loads_and_aligns_out(tmp_path, layout, capsys):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_hf_snapshot_still_refuses_escapes(tmp_path, layout):
     """A data symlink that leaves both folders is refused, as before."""
-    path, _ = _hf_snapshot(tmp_path, layout)
+    path, _ = hf_snapshot(tmp_path, layout)
     secret = tmp_path / "secret"
     secret.write_bytes(bytes(5000 * 3))
     data = path.parent / "model.onnx_data"
@@ -86,7 +57,7 @@ def test_hf_snapshot_still_refuses_escapes(tmp_path, layout):
 def test_hf_snapshot_variant_cannot_share_cache_weights(tmp_path):
     """A variant saved in the snapshot folder would read blobs/ through a symlink,
     which no reader accepts from a plain .onnx: refused before writing."""
-    path, _ = _hf_snapshot(tmp_path, "both-linked")
+    path, _ = hf_snapshot(tmp_path, "both-linked")
     variant = onnxl.load(path, load_external_data=False)
     before = sorted(os.listdir(path.parent))
     with pytest.raises(onnxl.ExternalDataError, match="outside the model folder"):
@@ -112,7 +83,7 @@ def test_skip_raw_data_model_from_hf_cache_saved_self_contained(tmp_path):
 @pytest.mark.parametrize("layout", ["both-linked", "onnx-linked"])
 def test_hf_snapshot_in_place_is_refused_with_what_to_do(tmp_path, layout):
     """Re-aligning a cache's link onto itself: refused, saying why and what to do instead."""
-    path, tensors = _hf_snapshot(tmp_path, layout)
+    path, tensors = hf_snapshot(tmp_path, layout)
     cache_before = folder_digest(tmp_path / "models--org--name" / "blobs")
     with pytest.raises(onnxl.ExternalDataError) as info:
         onnxl.align_external_data_streaming(path, path)
@@ -128,7 +99,7 @@ def test_hf_snapshot_converts_to_float16_out_and_not_in_place(tmp_path, layout):
     """The float16 converter reads a cache's links where they lead, writes plain files of
     its own (the uint8 weights copied as they are), and refuses to replace the cache's
     link, leaving the cache unchanged."""
-    path, tensors = _hf_snapshot(tmp_path, layout)
+    path, tensors = hf_snapshot(tmp_path, layout)
     cache_before = folder_digest(tmp_path / "models--org--name" / "blobs")
     out = tmp_path / "mine"
     out.mkdir()

@@ -4,7 +4,7 @@ import os
 
 import onnx
 import pytest
-from conftest import make_every_kind_model, save_two_file, tensor_bytes
+from helpers import make_every_kind_model, save_two_file, tensor_bytes
 
 import onnx_light.onnx as onnxl
 from onnx_light.onnx._read.tensors import is_external, iter_tensors

@@ -22,8 +22,8 @@ import onnx
 import onnx_ir
 import onnxruntime as ort
 import pytest
-from conftest import make_runnable_model, read_back, save_two_file, tensor_bytes
-from conftest import run_cli as _cli
+from helpers import make_runnable_model, read_back, save_two_file, tensor_bytes
+from helpers import run_cli as _cli
 
 import onnx_light.onnx as onnxl
 from benchmarks.harness import make_gemm_model, model_inputs

@@ -13,10 +13,10 @@ import os
 
 import onnx
 import pytest
-from conftest import assert_clean_failure as _one_line
-from conftest import read_back, save_two_file, tensor_bytes
-from conftest import run_cli as _cli
-from conftest import uint8_model as _model
+from helpers import assert_clean_failure as _one_line
+from helpers import read_back, save_two_file, tensor_bytes
+from helpers import run_cli as _cli
+from helpers import uint8_model as _model
 
 import onnx_light.onnx as onnxl
 from onnx_light.cli import main

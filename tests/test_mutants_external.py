@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import external_tensor, model_from_initializer_bytes
+from helpers import external_tensor, model_from_initializer_bytes
 from onnx import helper
 
 import onnx_light.onnx as onnxl

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import external_offsets, read_back, tensor_bytes, uint8_model
+from helpers import external_offsets, read_back, tensor_bytes, uint8_model
 
 import onnx_light.onnx as onnxl
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import onnx
 import pytest
-from conftest import read_back
+from helpers import read_back
 from onnx import TensorProto, helper
 
 import onnx_light.onnx as onnxl

@@ -15,7 +15,7 @@ import os
 import numpy as np
 import onnx
 import pytest
-from conftest import external_offsets, save_two_file, uint8_model
+from helpers import external_offsets, save_two_file, uint8_model
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_light.onnx as onnxl

@@ -16,7 +16,7 @@ import warnings
 
 import onnx
 import pytest
-from conftest import folder_digest, read_back, save_two_file, tensor_bytes, uint8_model
+from helpers import folder_digest, read_back, save_two_file, tensor_bytes, uint8_model
 
 import onnx_light.onnx as onnxl
 from onnx_light.onnx._commit import prune as _prune

@@ -19,7 +19,7 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import (
+from helpers import (
     external_offsets,
     folder_digest,
     read_back,
@@ -27,7 +27,7 @@ from conftest import (
     tensor_bytes,
     write_safetensors,
 )
-from conftest import uint8_model as _uint8_model
+from helpers import uint8_model as _uint8_model
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_light.onnx as onnxl

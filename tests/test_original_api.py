@@ -19,8 +19,8 @@ import textwrap
 
 import onnx
 import pytest
-from conftest import read_back, save_two_file, tensor_bytes, uint8_model
-from conftest import run_cli as _cli
+from helpers import read_back, save_two_file, tensor_bytes, uint8_model
+from helpers import run_cli as _cli
 
 import onnx_light.onnx as onnxl
 

@@ -18,7 +18,7 @@ import re
 
 import onnx
 import pytest
-from conftest import (
+from helpers import (
     assert_clean_failure,
     folder_digest,
     read_back,
@@ -26,7 +26,7 @@ from conftest import (
     tensor_bytes,
     uint8_model,
 )
-from conftest import run_cli as _cli
+from helpers import run_cli as _cli
 
 import onnx_light.onnx as onnxl
 
@@ -218,7 +218,7 @@ def test_destination_hard_linked_to_what_another_model_reads(tmp_path, capsys, h
 def test_in_place_never_replaces_another_model_it_reads(tmp_path, capsys, how):
     """A view saved from a skip_raw_data load reads base.onnx's inline bytes; re-aligning
     the view in place with base.onnx as its weights name used to overwrite base.onnx."""
-    from conftest import make_runnable_model
+    from helpers import make_runnable_model
 
     onnxl.save(make_runnable_model(seed=2), tmp_path / "base.onnx")
     view = onnxl.load(tmp_path / "base.onnx", load_external_data=False, skip_raw_data=True)

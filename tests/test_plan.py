@@ -12,7 +12,7 @@ import itertools
 
 import numpy as np
 import pytest
-from conftest import save_two_file
+from helpers import save_two_file
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl

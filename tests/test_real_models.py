@@ -17,7 +17,7 @@ import shutil
 import numpy as np
 import onnx
 import pytest
-from conftest import external_offsets, read_back, save_two_file, tensor_bytes
+from helpers import external_offsets, read_back, save_two_file, tensor_bytes
 from onnx import numpy_helper
 
 import onnx_light.onnx as onnxl

@@ -13,12 +13,12 @@ import os
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_clean_failure as _one_line
-from conftest import external_tensor as _ext_tensor
-from conftest import model_from_initializer_bytes as _raw_model
-from conftest import read_back, tensor_bytes
-from conftest import run_cli as _cli
-from conftest import uint8_model as _model
+from helpers import assert_clean_failure as _one_line
+from helpers import external_tensor as _ext_tensor
+from helpers import model_from_initializer_bytes as _raw_model
+from helpers import read_back, tensor_bytes
+from helpers import run_cli as _cli
+from helpers import uint8_model as _model
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl

@@ -13,7 +13,7 @@ import subprocess
 import numpy as np
 import onnx
 import pytest
-from conftest import (
+from helpers import (
     external_offsets,
     folder_digest,
     make_runnable_model,
@@ -621,7 +621,7 @@ def test_in_place_keeps_the_weights_name_the_model_has(tmp_path, capsys, how):
     """optimum's model.onnx + model.onnx_data, re-aligned in place without a weights name:
     the data keeps its name (it used to become model.onnx.data, doubling the disk use
     until --prune)."""
-    from conftest import run_cli
+    from helpers import run_cli
 
     model = make_runnable_model(seed=3)
     save_two_file(model, tmp_path / "model.onnx", location="model.onnx_data")
@@ -667,7 +667,7 @@ def test_in_place_names_a_new_file_when_another_model_reads_the_old_one(tmp_path
 
 
 def test_dedup_in_place_keeps_the_weights_name(tmp_path, capsys):
-    from conftest import run_cli
+    from helpers import run_cli
 
     model = make_runnable_model(seed=6)
     save_two_file(model, tmp_path / "model.onnx", location="model.onnx_data")
@@ -682,7 +682,7 @@ def test_dedup_in_place_keeps_the_weights_name(tmp_path, capsys):
 def test_re_aligning_an_aligned_model_in_place_writes_nothing(tmp_path, capsys, how):
     """The second in-place align finds the files as it would write them: nothing is
     written (the files keep their inode and bytes), unless asked to rewrite."""
-    from conftest import run_cli
+    from helpers import run_cli
 
     model = make_runnable_model(seed=8)
     save_two_file(model, tmp_path / "model.onnx", location="model.onnx_data")

@@ -23,8 +23,8 @@ import os
 
 import numpy as np
 import onnx
-from conftest import folder_digest, read_back, save_two_file, tensor_bytes, uint8_model
-from conftest import run_cli as _cli
+from helpers import folder_digest, read_back, save_two_file, tensor_bytes, uint8_model
+from helpers import run_cli as _cli
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import onnx
 import pytest
-from conftest import (
+from helpers import (
     external_offsets,
     folder_digest,
     make_runnable_model,
@@ -19,7 +19,7 @@ from conftest import (
     save_two_file,
     tensor_bytes,
 )
-from conftest import uint8_model as _model
+from helpers import uint8_model as _model
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl

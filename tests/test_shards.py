@@ -9,7 +9,7 @@ import os
 import numpy as np
 import onnx
 import pytest
-from conftest import (
+from helpers import (
     external_offsets,
     folder_digest,
     read_back,

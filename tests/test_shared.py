@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import onnx
 import pytest
-from conftest import DIM, external_offsets, folder_digest, make_runnable_model, read_back, run_ort
+from helpers import DIM, external_offsets, folder_digest, make_runnable_model, read_back, run_ort
 from onnx import numpy_helper
 
 import onnx_light.onnx as onnxl

@@ -17,8 +17,8 @@ import textwrap
 
 import onnx
 import pytest
-from conftest import read_back, save_two_file, tensor_bytes
-from conftest import uint8_model as _model
+from helpers import read_back, save_two_file, tensor_bytes
+from helpers import uint8_model as _model
 from onnx import helper
 
 import onnx_light.onnx as onnxl

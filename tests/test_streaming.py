@@ -6,7 +6,7 @@ import os
 import numpy as np
 import onnx
 import pytest
-from conftest import (
+from helpers import (
     external_offsets,
     folder_digest,
     make_every_kind_model,
@@ -424,7 +424,7 @@ print(m.growth, m.exact)
 
 def test_inline_weights_kept_inline_are_spliced_not_read(tmp_path):
     """64 MiB of inline weights that stay inline: copied file to file, flat memory."""
-    from conftest import peak_growth_in_subprocess
+    from helpers import peak_growth_in_subprocess
 
     rng = np.random.default_rng(0)
     inits = [

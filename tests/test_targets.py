@@ -14,8 +14,8 @@ import os
 import stat
 
 import pytest
-from conftest import folder_digest, read_back, tensor_bytes
-from conftest import uint8_model as _model
+from helpers import folder_digest, read_back, tensor_bytes
+from helpers import uint8_model as _model
 
 import onnx_light.onnx as onnxl
 from onnx_light.cli import main

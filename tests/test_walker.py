@@ -2,7 +2,7 @@
 
 import numpy as np
 import onnx
-from conftest import make_every_kind_model
+from helpers import make_every_kind_model
 from onnx import helper, numpy_helper
 
 from onnx_light.onnx._read.tensors import iter_tensors, path_to_str, tensor_nbytes

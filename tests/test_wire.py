@@ -10,9 +10,9 @@ import textwrap
 import numpy as np
 import onnx
 import pytest
-from conftest import make_every_kind_model, peak_growth_in_subprocess, save_two_file, tensor_bytes
-from conftest import uint8_model as _model
 from google.protobuf.unknown_fields import UnknownFieldSet
+from helpers import make_every_kind_model, peak_growth_in_subprocess, save_two_file, tensor_bytes
+from helpers import uint8_model as _model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
