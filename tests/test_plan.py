@@ -7,7 +7,8 @@ under each mode, lands where the table says. Then the inputs a user may hand
 the planner: a string tensor before the weights (planning goes on past it),
 external bytes brought back into a single ``.onnx`` (they count towards
 protobuf's 2 GiB limit), and a raw tensor of a data type onnx does not know
-(it moves by its length).
+(it moves by its length), and the largest layout a file can hold (2**63 - 1
+bytes).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx_light.onnx as onnxl
 from onnx_light.onnx import _io
+from onnx_light.onnx._plan.layout import MAX_FILE_SIZE, plan_layout, plan_shards
 from onnx_light.onnx._plan.planner import EXTERNAL_FATE, Fate, Kind, Mode, decide
 
 
@@ -158,3 +160,16 @@ def test_raw_data_of_an_unknown_data_type_moves_by_its_length(tmp_path):
     assert (tmp_path / "m.data").read_bytes() == big.raw_data
     saved = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
     assert saved.graph.initializer[1].raw_data == small.raw_data
+
+
+def test_the_planner_takes_2_63_minus_1_bytes_and_no_more():
+    """The boundary itself, where no file can be built: the planner accepts a layout of
+    2**63 - 1 bytes, the largest file offset, in one file or in shards, and refuses one
+    byte more."""
+    assert MAX_FILE_SIZE == 2**63 - 1
+    assert plan_layout([2**62, 2**62 - 1], 1).total == 2**63 - 1
+    assert plan_shards([2**62, 2**62 - 1], 1, max_shard_size=2**63)[0].layout.total == 2**63 - 1
+    with pytest.raises(ValueError, match=rf"{2**63} bytes"):
+        plan_layout([2**62, 2**62], 1)
+    with pytest.raises(ValueError, match=rf"{2**63} bytes"):
+        plan_shards([2**62, 2**62], 1, max_shard_size=2**63)
