@@ -7,8 +7,7 @@ those spans, is an external reference like any other: read from the model
 file (an offset left out means 0, a length left out means the rest of the
 file), and held to every rule of external tensors, however its offset is
 written (``-0``, zero-padded), its length checked against dtype x dims.
-Issue 31, item 3: mutants of ``InlineSpans.holds``, ``_int_entry`` and the
-planner's length check that survived.
+The references a model makes to other files are in ``test_references.py``.
 """
 
 from __future__ import annotations
