@@ -9,6 +9,13 @@ prune may delete it, through the API or the command line. A data file with
 two hard links is refused as a source (as onnx refuses it) before anything is
 written; a destination that is a hard link of a file another model reads is
 refused too.
+
+The other models of the folder are found as the file system finds them: a
+reference spelled in another case reads the file where the folder folds case
+(two names that match once folded name neither for certain), a reference into a
+folder that does not exist reads nothing, and a model that cannot be read does
+not hide the readers after it nor stop a replacement alone. What a prune keeps
+is in ``test_prune.py``.
 """
 
 from __future__ import annotations
@@ -238,3 +245,103 @@ def test_in_place_never_replaces_another_model_it_reads(tmp_path, capsys, how):
     onnxl.align_external_data_streaming(v, v, remove_unreferenced=True)
     assert sorted(os.listdir(tmp_path)) == ["base.onnx", "view.onnx", "view.onnx.data"]
     assert folder_digest(tmp_path)["base.onnx"] == before["base.onnx"]
+
+
+# -- the other models of the folder, as the rules find them ----------------------------
+
+
+def _two_file(folder, name="m.onnx"):
+    """``folder/name`` + ``name.data`` (two uint8 tensors, saved by onnx); its tensors' bytes."""
+    model = uint8_model(2, 3000)
+    save_two_file(model, folder / name, size_threshold=0)
+    return folder / name, tensor_bytes(model)
+
+
+def _reader(folder, src, name, location) -> None:
+    """``folder/name``: a copy of the model ``src`` whose references all say ``location``."""
+    view = onnx.load(str(src), load_external_data=False)
+    for t in view.graph.initializer:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = location
+    onnx.save(view, str(folder / name))
+
+
+def _not_a_model(path) -> None:
+    path.write_bytes(b"\xff\xff\xff\xff not a protobuf")
+
+
+# -- a reference spelled in another case --------------------------------------------------
+
+
+def test_a_reference_differing_only_in_case_counts_as_a_reader(tmp_path, monkeypatch):
+    """b.onnx records ``M.ONNX.DATA``; the folder holds one name that matches it once case
+    is folded, ``m.onnx.data``: on a filesystem that folds case b.onnx reads it, so an
+    in-place align of m.onnx over it is refused naming b.onnx, and nothing changes.
+    (The current folder is elsewhere: the folder listed is the file's.)"""
+    m = tmp_path / "m"
+    m.mkdir()
+    path, expected = _two_file(m)
+    _reader(m, path, "b.onnx", "M.ONNX.DATA")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "M.ONNX.DATA").write_bytes(b"decoy")  # a cwd listing would keep the case
+    monkeypatch.chdir(elsewhere)
+    before = folder_digest(m)
+    with pytest.raises(onnxl.ExternalDataError) as info:
+        onnxl.align_external_data_streaming(path, path, "m.onnx.data", alignment=64)
+    assert str(info.value) == (
+        f"destination '{m / 'm.onnx.data'}' is read by '{m / 'b.onnx'}', another model of the "
+        "folder: replacing it would break that model; write the new files under other names "
+        "(the old ones stay for it)"
+    )
+    assert folder_digest(m) == before
+    assert read_back(path) == expected
+
+
+def test_two_names_matching_in_folded_case_name_neither(tmp_path):
+    """With both ``m.onnx.data`` and ``M.onnx.data`` in the folder, ``M.ONNX.DATA`` names
+    neither for certain: b.onnx is not a reader of m.onnx.data, and the align goes on."""
+    path, expected = _two_file(tmp_path)
+    (tmp_path / "M.onnx.data").write_bytes(b"another file")
+    if len(os.listdir(tmp_path)) != 3:
+        pytest.skip("this filesystem folds case: the two names are one file")
+    _reader(tmp_path, path, "b.onnx", "M.ONNX.DATA")
+    onnxl.align_external_data_streaming(path, path, "m.onnx.data", alignment=64)
+    assert read_back(path) == expected
+
+
+# -- a reference into a folder that does not exist ----------------------------------------
+
+
+def test_a_reader_whose_reference_folder_is_missing_does_not_stop_the_call(tmp_path):
+    """b.onnx references ``gone/w.data`` (no ``gone/`` folder): it reads nothing of the
+    folder, so replacing m.onnx.data in place goes on and writes the same values."""
+    path, expected = _two_file(tmp_path)
+    _reader(tmp_path, path, "b.onnx", "gone/w.data")
+    result = onnxl.align_external_data_streaming(path, path, "m.onnx.data", alignment=64)
+    assert result.weights_paths == [str(tmp_path / "m.onnx.data")]
+    assert read_back(path) == expected
+
+
+# -- a model that cannot be read ----------------------------------------------------------
+
+
+def test_a_reader_after_an_unreadable_model_is_still_found(tmp_path):
+    """a.onnx is not a model; b.onnx (listed after it) reads m.onnx.data: the refusal
+    still names b.onnx, and the folder is unchanged."""
+    path, expected = _two_file(tmp_path)
+    _not_a_model(tmp_path / "a.onnx")
+    _reader(tmp_path, path, "b.onnx", "m.onnx.data")
+    before = folder_digest(tmp_path)
+    with pytest.raises(onnxl.ExternalDataError, match="is read by '.*b.onnx', another model"):
+        onnxl.align_external_data_streaming(path, path, "m.onnx.data", alignment=64)
+    assert folder_digest(tmp_path) == before
+
+
+def test_an_unreadable_model_alone_does_not_stop_a_replacement(tmp_path):
+    """a.onnx is not a model and reads nothing: an in-place align over m.onnx.data works."""
+    path, expected = _two_file(tmp_path)
+    _not_a_model(tmp_path / "a.onnx")
+    onnxl.align_external_data_streaming(path, path, "m.onnx.data", alignment=64)
+    assert read_back(path) == expected
