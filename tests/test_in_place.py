@@ -23,6 +23,7 @@ from helpers import (
     run_cli,
     save_two_file,
     tensor_bytes,
+    uint8_model,
 )
 
 import onnx_light.onnx as onnxl
@@ -136,3 +137,23 @@ def test_a_model_aligned_but_with_other_entries_is_rewritten(tmp_path):
         for e in t.external_data
         if e.key == "offset"
     )
+
+
+@pytest.mark.parametrize("folder", ["", "w/"], ids=["beside", "subfolder"])
+def test_in_place_relayout_keeps_the_exporters_shard_name(tmp_path, folder):
+    """Four onnx-ir shards of ``weights.bin`` (in the model's folder, or in ``w/``) re-laid
+    in place into two, no weights name given: the new shards keep the name they derive
+    from, ``weights-0000k-of-00002.bin`` in the same folder (not the default
+    ``m.onnx.data``); the old four are left over, listed."""
+    (tmp_path / "w").mkdir()
+    model = uint8_model(4, 3000)
+    path = tmp_path / "m.onnx"
+    opts = onnxl.SerializeOptions(size_threshold=0, max_shard_size=4000)
+    onnxl.save(model, path, folder + "weights.bin", options=opts)
+    old = [f"{folder}weights-{i:05d}-of-00004.bin" for i in range(1, 5)]
+    assert sorted({loc for loc, _, _ in external_offsets(path)}) == old
+    result = onnxl.align_external_data_streaming(path, path, max_shard_size=8000)
+    new = [f"{folder}weights-00001-of-00002.bin", f"{folder}weights-00002-of-00002.bin"]
+    assert sorted({loc for loc, _, _ in external_offsets(path)}) == new
+    assert result.unreferenced == [str(tmp_path / name) for name in old]
+    assert read_back(path) == tensor_bytes(model)

@@ -1,5 +1,11 @@
-"""Sharded weights (issue 10): files of at most ``max_shard_size`` bytes, named as onnx-ir
-names them, committed together, loadable by onnx, onnx-ir and onnxruntime."""
+"""Sharded weights: files of at most ``max_shard_size`` bytes, named as onnx-ir names them,
+committed together, loadable by onnx, onnx-ir and onnxruntime.
+
+How many files, which tensor in which, and their names, as a user sees them: a
+dense layout whose next shard fills up exactly (it starts at offset 0), and the
+shard names of weights paths in a subfolder, hidden, or with dotted parts that
+are or are not extensions.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from helpers import (
     run_ort,
     save_two_file,
     tensor_bytes,
+    uint8_model,
 )
 from onnx import helper, numpy_helper
 
@@ -198,3 +205,60 @@ def test_more_shards_than_descriptors(tmp_path):
     assert done.stdout.strip() == "ok", done.stderr
     assert len(_shards(tmp_path / "a.onnx")) == 200
     assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
+
+
+def test_a_new_dense_shard_starts_at_0_and_fills_up_exactly(tmp_path):
+    """Tensors of 60, 50 and 50 bytes, dense, at most 100 bytes a file: the first alone
+    (60 + 50 > 100), then the other two together, at 0 and 50 (50 + 50 = 100 fits)."""
+    model = uint8_model(3, 50)
+    model.graph.initializer[0].raw_data = bytes(range(60))
+    model.graph.initializer[0].dims[:] = [60]
+    onnxl.save(
+        model,
+        tmp_path / "m.onnx",
+        "m.onnx.data",
+        options=onnxl.SerializeOptions(size_threshold=0, max_shard_size=100),
+    )
+    assert external_offsets(tmp_path / "m.onnx") == [
+        ("m-00001-of-00002.onnx.data", 0, 60),
+        ("m-00002-of-00002.onnx.data", 0, 50),
+        ("m-00002-of-00002.onnx.data", 50, 50),
+    ]
+    assert sorted(os.listdir(tmp_path)) == [
+        "m-00001-of-00002.onnx.data",
+        "m-00002-of-00002.onnx.data",
+        "m.onnx",
+    ]
+    assert os.path.getsize(tmp_path / "m-00002-of-00002.onnx.data") == 100
+    assert read_back(tmp_path / "m.onnx") == tensor_bytes(model)
+
+
+# weights path -> the names of its two shards (onnx-ir's naming: the marker goes before
+# the chain of extensions, an extension being a dot then a letter, then letters, digits
+# or underscores; the folder is never part of the name)
+SHARD_NAMES = {
+    "a/b/m.onnx.data": ["a/b/m-00001-of-00002.onnx.data", "a/b/m-00002-of-00002.onnx.data"],
+    "a/b/.weights": ["a/b/.weights-00001-of-00002", "a/b/.weights-00002-of-00002"],
+    "a/.weights": ["a/.weights-00001-of-00002", "a/.weights-00002-of-00002"],
+    "m.onnx.1": ["m.onnx.1-00001-of-00002", "m.onnx.1-00002-of-00002"],
+    "m.bin-part": ["m.bin-part-00001-of-00002", "m.bin-part-00002-of-00002"],
+    "m.v2": ["m-00001-of-00002.v2", "m-00002-of-00002.v2"],
+    "m.w_2.data": ["m-00001-of-00002.w_2.data", "m-00002-of-00002.w_2.data"],
+}
+
+
+@pytest.mark.parametrize("location", SHARD_NAMES)
+def test_shard_names_of_weights_paths_in_subfolders_hidden_or_dotted(tmp_path, location):
+    """Two tensors of 3000 bytes, at most 4000 a file: two shards, named from the weights
+    path as listed, in its folder; every byte reads back."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    model = uint8_model(2, 3000)
+    onnxl.save(
+        model,
+        tmp_path / "m.onnx",
+        location,
+        options=onnxl.SerializeOptions(size_threshold=0, max_shard_size=4000),
+    )
+    assert [loc for loc, _, _ in external_offsets(tmp_path / "m.onnx")] == SHARD_NAMES[location]
+    assert all((tmp_path / name).is_file() for name in SHARD_NAMES[location])
+    assert read_back(tmp_path / "m.onnx") == tensor_bytes(model)
