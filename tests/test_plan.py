@@ -8,7 +8,9 @@ the planner: a string tensor before the weights (planning goes on past it),
 external bytes brought back into a single ``.onnx`` (they count towards
 protobuf's 2 GiB limit), and a raw tensor of a data type onnx does not know
 (it moves by its length), and the largest layout a file can hold (2**63 - 1
-bytes).
+bytes). What each writer does with an empty ``[0, 4]`` tensor, string class
+labels, tensors of exactly ``inline_below`` bytes, and the counts ``align``
+reports for the small raw and typed-field tensors it moves.
 """
 
 from __future__ import annotations
@@ -19,7 +21,16 @@ import os
 import numpy as np
 import onnx
 import pytest
-from helpers import external_offsets, save_two_file, uint8_model
+from helpers import (
+    external_offsets,
+    external_places,
+    folder_digest,
+    read_back,
+    run_cli,
+    save_two_file,
+    tensor_bytes,
+    uint8_model,
+)
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_light.onnx as onnxl
@@ -173,3 +184,206 @@ def test_the_planner_takes_2_63_minus_1_bytes_and_no_more():
         plan_layout([2**62, 2**62], 1)
     with pytest.raises(ValueError, match=rf"{2**63} bytes"):
         plan_shards([2**62, 2**62], 1, max_shard_size=2**63)
+
+
+# -- what each writer does with empty, string, small and typed tensors -------------------
+
+
+def _ort(path, feeds=None):
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds or {})
+
+
+def _runnable(nodes, outputs, inits, inputs=()) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", list(inputs), outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return model
+
+
+def _uint8(sizes) -> onnx.ModelProto:
+    """A model of uint8 initializers W0, W1... of ``sizes`` random bytes."""
+    rng = np.random.default_rng(1)
+    inits = [
+        numpy_helper.from_array(rng.integers(0, 255, n, dtype=np.uint8), f"W{i}")
+        for i, n in enumerate(sizes)
+    ]
+    return helper.make_model(helper.make_graph([], "g", [], [], inits))
+
+
+def _assert_same_values(path, model: onnx.ModelProto) -> None:
+    """onnx loads from ``path`` the initializers of ``model``, values, dtypes and shapes
+    equal (strings included, which ``tensor_bytes`` cannot compare)."""
+    got = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+    want = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert got.keys() == want.keys()
+    for name, value in want.items():
+        assert got[name].dtype == value.dtype and got[name].shape == value.shape, name
+        assert np.array_equal(got[name], value), name
+
+
+# -- an empty tensor -------------------------------------------------------------------
+
+
+def _empty_model() -> onnx.ModelProto:
+    """Y = Concat(E, W): E is an empty [0, 4] float32 tensor (raw_data b"")."""
+    empty = numpy_helper.from_array(np.zeros((0, 4), np.float32), "E")
+    w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4), "W")
+    out = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4, 4])
+    return _runnable([helper.make_node("Concat", ["E", "W"], ["Y"], axis=0)], [out], [empty, w])
+
+
+def test_empty_tensor_goes_to_external_data_with_threshold_0(tmp_path):
+    """size_threshold=0 moves the empty tensor too: a reference of length 0, which onnx,
+    onnxruntime and we read back as an empty [0, 4] array."""
+    model = _empty_model()
+    opts = onnxl.SerializeOptions(size_threshold=0)
+    onnxl.save(model, tmp_path / "m.onnx", "m.onnx.data", options=opts)
+    places = external_places(tmp_path / "m.onnx")
+    assert places == {"E": ("m.onnx.data", 0, 0), "W": ("m.onnx.data", 0, 64)}
+    assert os.path.getsize(tmp_path / "m.onnx.data") == 64
+    onnx.checker.check_model(str(tmp_path / "m.onnx"))
+    assert read_back(tmp_path / "m.onnx") == tensor_bytes(model)
+    loaded = onnxl.load(tmp_path / "m.onnx").graph.initializer[0]
+    assert numpy_helper.to_array(loaded).shape == (0, 4)
+    np.testing.assert_array_equal(_ort(tmp_path / "m.onnx")[0], np.arange(16).reshape(4, 4))
+    # re-aligned with every tensor moving: the same reference of length 0
+    result = onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", tmp_path / "a.onnx", size_threshold=0
+    )
+    assert (result.moved, result.inline) == (2, 0)
+    assert external_places(tmp_path / "a.onnx")["E"] == ("a.onnx.data", 0, 0)
+    assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
+
+
+# -- string class labels ---------------------------------------------------------------
+
+LABELS = [b"cat", b"dog", "\u00e9l\u00e9phant".encode()]
+
+
+def _labels_model(seed: int = 0) -> onnx.ModelProto:
+    """label = labels[argmax(X @ W)]: a classifier whose class labels are a STRING initializer."""
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array(rng.standard_normal((128, 3)).astype(np.float32), "W")
+    labels = helper.make_tensor("labels", TensorProto.STRING, [3], LABELS)
+    nodes = [
+        helper.make_node("MatMul", ["X", "W"], ["scores"]),
+        helper.make_node("ArgMax", ["scores"], ["index"], axis=1, keepdims=0),
+        helper.make_node("Gather", ["labels", "index"], ["label"]),
+    ]
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, 128])
+    out = helper.make_tensor_value_info("label", TensorProto.STRING, [4])
+    return _runnable(nodes, [out], [w, labels], [x])
+
+
+_X = {"X": np.random.default_rng(5).standard_normal((4, 128)).astype(np.float32)}
+
+
+def _labels_of(path) -> tuple[list[bytes], str]:
+    """The labels tensor as saved (inline), and the predictions onnxruntime makes."""
+    model = onnx.load(str(path), load_external_data=False)
+    (t,) = [t for t in model.graph.initializer if t.name == "labels"]
+    assert t.data_location == TensorProto.DEFAULT and not t.external_data
+    return list(t.string_data), list(_ort(path, _X)[0])
+
+
+def test_string_labels_through_save_align_and_dedup(tmp_path):
+    """A STRING initializer stays inline, its values intact, through every writer; the
+    float weights move."""
+    model = _labels_model()
+    src = tmp_path / "src"
+    src.mkdir()
+    onnx.save(model, str(src / "single.onnx"))
+    expected = _labels_of(src / "single.onnx")
+    assert expected[0] == LABELS and set(expected[1]) <= {b.decode() for b in LABELS}
+    out = tmp_path / "out"
+    out.mkdir()
+    onnxl.save(model, out / "saved.onnx", "saved.onnx.data")
+    result = onnxl.align_external_data_streaming(src / "single.onnx", out / "aligned.onnx")
+    assert (result.moved, result.inline) == (1, 0)  # W moved; strings are not counted
+    save_two_file(model, src / "a.onnx", size_threshold=0)
+    save_two_file(_labels_model(), src / "b.onnx", size_threshold=0)
+    digest = folder_digest(src)
+    dedup = onnxl.deduplicate_external_data(
+        [src / "a.onnx", src / "b.onnx"], [out / "da.onnx", out / "db.onnx"], out / "d.data"
+    )
+    assert dedup.bytes_written == 128 * 3 * 4  # W once, for both models
+    for name in ("saved.onnx", "aligned.onnx", "da.onnx", "db.onnx"):
+        assert _labels_of(out / name) == expected, name
+        assert set(external_places(out / name)) == {"W"}, name
+        _assert_same_values(out / name, model)
+    assert folder_digest(src) == digest, "the sources are untouched"
+
+
+# -- inline_below at its boundary ------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [512, 2000], ids=["held in memory", "read from the file"])
+def test_tensors_of_exactly_inline_below_bytes(tmp_path, limit):
+    """``inline_below`` keeps inline the tensors of *fewer* bytes: one of exactly that many
+    goes to the weights file (an inline one moved by size_threshold=0), or stays there (an
+    external one). Tensors under 1 KiB are held in memory by the scan,
+    bigger ones read from the .onnx: both paths."""
+    model = _uint8([limit, limit - 1])
+    onnx.save(model, str(tmp_path / "single.onnx"))
+    result = onnxl.align_external_data_streaming(
+        tmp_path / "single.onnx", tmp_path / "a.onnx", size_threshold=0, inline_below=limit
+    )
+    assert (result.moved, result.inline, result.inlined) == (1, 1, 0)
+    assert external_places(tmp_path / "a.onnx") == {"W0": ("a.onnx.data", 0, limit)}
+    assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
+    # both external: the one of exactly ``limit`` bytes stays there, the smaller comes back
+    save_two_file(model, tmp_path / "two.onnx", size_threshold=0)
+    result = onnxl.align_external_data_streaming(
+        tmp_path / "two.onnx", tmp_path / "b.onnx", inline_below=limit
+    )
+    assert (result.moved, result.inline, result.inlined) == (1, 1, 1)
+    assert external_places(tmp_path / "b.onnx") == {"W0": ("b.onnx.data", 0, limit)}
+    assert read_back(tmp_path / "b.onnx") == tensor_bytes(model)
+
+
+# -- what align reports of the small tensors it moves ----------------------------------
+
+
+def _small_tensors_model() -> onnx.ModelProto:
+    """A single-file model: a big tensor, small raw and float_data ones, string labels, and
+    an empty typed tensor (no bytes to move)."""
+    big = numpy_helper.from_array(np.arange(1024, dtype=np.float32), "big")
+    raw = numpy_helper.from_array(np.arange(4, dtype=np.float32) + 0.5, "raw")
+    typed = helper.make_tensor("typed", TensorProto.FLOAT, [8], [1.5 * i for i in range(8)])
+    labels = helper.make_tensor("labels", TensorProto.STRING, [2], [b"no", b"yes"])
+    empty = helper.make_tensor("empty", TensorProto.FLOAT, [0], [])
+    graph = helper.make_graph([], "g", [], [], [big, raw, typed, labels, empty])
+    return helper.make_model(graph)
+
+
+def test_align_counts_small_raw_and_typed_tensors_it_moves(tmp_path, capsys):
+    """size_threshold=0 moves the small raw tensor and the float_data one (held in memory
+    by the scan, not read from the file): counted as moved, one as typed, none as kept
+    inline (the labels and the empty tensor have no bytes to count)."""
+    model = _small_tensors_model()
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    result = onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", tmp_path / "a.onnx", size_threshold=0, alignment=64
+    )
+    assert (result.moved, result.typed, result.inline, result.inlined) == (3, 1, 0, 0)
+    assert external_places(tmp_path / "a.onnx") == {
+        "big": ("a.onnx.data", 0, 4096),
+        "raw": ("a.onnx.data", 4096, 16),
+        "typed": ("a.onnx.data", 4160, 32),
+    }
+    saved = onnx.load(str(tmp_path / "a.onnx"), load_external_data=False)
+    typed = [t for t in saved.graph.initializer if t.name == "typed"][0]
+    assert len(typed.float_data) == 0, "the typed field is cleared once moved"
+    _assert_same_values(tmp_path / "a.onnx", model)
+    code, out, err = run_cli(
+        capsys, "align", tmp_path / "m.onnx", tmp_path / "c.onnx", "--size-threshold", "0"
+    )
+    assert code == 0, err
+    assert "for 3 tensors (1 from typed fields such as float_data)" in out
+    # by default (1024 bytes) the small ones stay: counted inline, the labels left out
+    result = onnxl.align_external_data_streaming(tmp_path / "m.onnx", tmp_path / "b.onnx")
+    assert (result.moved, result.typed, result.inline, result.threshold) == (1, 0, 2, 1024)
+    assert set(external_places(tmp_path / "b.onnx")) == {"big"}
+    _assert_same_values(tmp_path / "b.onnx", model)

@@ -4,7 +4,10 @@ committed together, loadable by onnx, onnx-ir and onnxruntime.
 How many files, which tensor in which, and their names, as a user sees them: a
 dense layout whose next shard fills up exactly (it starts at offset 0), and the
 shard names of weights paths in a subfolder, hidden, or with dotted parts that
-are or are not extensions.
+are or are not extensions; a tensor ending exactly at ``max_shard_size``;
+tensors shared or deduplicated across shard boundaries (each range stored once,
+in its first shard); exactly 100 transformers.js shards; a ``shard_naming``
+that is not a string.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import onnx
 import pytest
 from helpers import (
     external_offsets,
+    external_places,
+    external_tensor,
     folder_digest,
     read_back,
     run_ort,
@@ -262,3 +267,129 @@ def test_shard_names_of_weights_paths_in_subfolders_hidden_or_dotted(tmp_path, l
     assert [loc for loc, _, _ in external_offsets(tmp_path / "m.onnx")] == SHARD_NAMES[location]
     assert all((tmp_path / name).is_file() for name in SHARD_NAMES[location])
     assert read_back(tmp_path / "m.onnx") == tensor_bytes(model)
+
+
+def _sizes(folder, names) -> list[int]:
+    return [os.path.getsize(os.path.join(folder, n)) for n in names]
+
+
+# -- shared and deduplicated tensors across shards -------------------------------------
+
+
+def _shared_span_model(folder) -> dict[str, bytes]:
+    """m.onnx: T0 and T2 read one range of w.data, T1 another; returns their bytes."""
+    data = np.random.default_rng(0).integers(0, 255, 6000, dtype=np.uint8).tobytes()
+    (folder / "w.data").write_bytes(data)
+    refs = [("T0", 0, 3000), ("T1", 3000, 3000), ("T2", 0, 3000)]
+    inits = [external_tensor(n, "w.data", str(o), k) for n, o, k in refs]
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), str(folder / "m.onnx"))
+    return {n: data[o : o + k] for n, o, k in refs}
+
+
+def _values(path) -> dict[str, bytes]:
+    return {t.name: t.raw_data for t in onnxl.load(path).graph.initializer}
+
+
+def test_a_shared_range_stays_in_its_home_shard(tmp_path):
+    """T2 reads the bytes T0 reads; T1 fills the first shard, so T2 comes after a shard
+    boundary: it points at T0's copy in the first shard, nothing is copied twice."""
+    expected = _shared_span_model(tmp_path)
+    result = onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", tmp_path / "a.onnx", alignment=64, max_shard_size=4 * KiB
+    )
+    first, second = "a-00001-of-00002.onnx.data", "a-00002-of-00002.onnx.data"
+    assert result.weights_paths == [str(tmp_path / first), str(tmp_path / second)]
+    places = external_places(tmp_path / "a.onnx")
+    assert places == {"T0": (first, 0, 3000), "T1": (second, 0, 3000), "T2": (first, 0, 3000)}
+    assert _sizes(tmp_path, [first, second]) == [3000, 3000]
+    assert result.size == 6000
+    assert _values(tmp_path / "a.onnx") == expected
+
+
+def test_deduplicated_tensors_point_into_the_first_models_shards(tmp_path):
+    """b.onnx holds a.onnx's two tensors again; a.onnx's fill one shard each: b's point at
+    them, in their shards, and the shards hold each byte string once."""
+    src = tmp_path / "src"
+    src.mkdir()
+    model = uint8_model(2, 3000)
+    save_two_file(model, src / "a.onnx", size_threshold=0)
+    save_two_file(model, src / "b.onnx", size_threshold=0)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = onnxl.deduplicate_external_data(
+        [src / "a.onnx", src / "b.onnx"],
+        [out / "a.onnx", out / "b.onnx"],
+        out / "w.data",
+        alignment=64,
+        max_shard_size=4 * KiB,
+        size_threshold=0,
+    )
+    names = ["w-00001-of-00002.data", "w-00002-of-00002.data"]
+    assert result.weights_paths == [str(out / n) for n in names]
+    a, b = external_places(out / "a.onnx"), external_places(out / "b.onnx")
+    assert a == b == {"W0": (names[0], 0, 3000), "W1": (names[1], 0, 3000)}
+    assert _sizes(out, names) == [3000, 3000] and result.bytes_written == 6000
+    assert read_back(out / "a.onnx") == read_back(out / "b.onnx") == tensor_bytes(model)
+
+
+def test_tensor_ending_exactly_at_the_limit_and_a_new_shard_from_offset_0(tmp_path):
+    """W1 ends at exactly max_shard_size: it stays in the first shard. W2 opens the next
+    at offset 0, and W3 fits after it there."""
+    model = _model([4096, 4096, 3000, 5000])
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+    result = onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", tmp_path / "a.onnx", alignment=64, max_shard_size=8 * KiB
+    )
+    first, second = "a-00001-of-00002.onnx.data", "a-00002-of-00002.onnx.data"
+    assert _shards(tmp_path / "a.onnx") == {
+        first: [(0, 4096), (4096, 4096)],
+        second: [(0, 3000), (3008, 5000)],
+    }
+    assert _sizes(tmp_path, [first, second]) == [8 * KiB, 8008]
+    assert result.size == 8 * KiB + 8008
+    assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
+
+
+# -- transformers.js: exactly 100 files ------------------------------------------------
+
+
+def test_exactly_100_transformers_js_shards_are_written(tmp_path):
+    """transformers.js loads up to 100 files: 100 shards are written and read back."""
+    model = uint8_model(100, 100)
+    save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = onnxl.align_external_data_streaming(
+        tmp_path / "m.onnx", out / "model.onnx", max_shard_size=100, shard_naming="transformers.js"
+    )
+    names = ["model.onnx_data"] + [f"model.onnx_data_{i}" for i in range(1, 100)]
+    assert result.weights_paths == [str(out / n) for n in names]
+    assert sorted(os.listdir(out)) == sorted(["model.onnx", *names])
+    assert [loc for loc, _, _ in external_offsets(out / "model.onnx")] == names
+    assert read_back(out / "model.onnx") == tensor_bytes(model)
+    opts = onnxl.SerializeOptions(
+        size_threshold=0, max_shard_size=100, shard_naming="transformers.js"
+    )
+    onnxl.save(model, out / "model.onnx", "model.onnx_data", options=opts)
+    assert [loc for loc, _, _ in external_offsets(out / "model.onnx")] == names
+    assert read_back(out / "model.onnx") == tensor_bytes(model)
+
+
+@pytest.mark.parametrize("naming", [1, b"transformers.js", None, ["onnx-ir"]])
+def test_shard_naming_that_is_not_a_string_is_a_type_error(tmp_path, naming):
+    """A value of the wrong type raises TypeError, as the API page says of every setting;
+    nothing is written."""
+    save_two_file(uint8_model(3, 3000), tmp_path / "m.onnx", size_threshold=0)
+    before = folder_digest(tmp_path)
+    with pytest.raises(TypeError, match="shard_naming must be a str"):
+        onnxl.SerializeOptions(shard_naming=naming)
+    opts = onnxl.SerializeOptions()
+    with pytest.raises(TypeError, match="shard_naming must be a str"):
+        opts.shard_naming = naming
+    assert opts.shard_naming == "onnx-ir"
+    if naming is not None:  # align's default: onnx-ir, or in place the naming the model follows
+        with pytest.raises(TypeError, match="shard_naming must be a str"):
+            onnxl.align_external_data_streaming(
+                tmp_path / "m.onnx", tmp_path / "a.onnx", max_shard_size=4000, shard_naming=naming
+            )
+    assert folder_digest(tmp_path) == before
