@@ -20,6 +20,7 @@ import onnx
 import pytest
 from helpers import external_offsets, folder_digest, read_back, run_ort, save_two_file
 from helpers import run_cli as _cli
+from helpers import uint8_model as _uint8_model
 from onnx import helper, numpy_helper
 
 import onnx_light.cli as cli
@@ -425,6 +426,35 @@ def test_dedup_out_says_the_exporter_files_stay_behind(tmp_path, capsys):
         "a.onnx", "b.onnx", "config.json", "generation_config.json", "weights.data"
     ]  # fmt: skip
     assert (tmp_path / "out2" / "config.json").read_text() == '{"model_type": "gpt2"}'
+
+
+def test_dedup_out_never_replaces_a_file_under_an_invented_name(tmp_path, capsys):
+    """``dedup --out`` never replaces an existing file under a name it made up (it says to
+    name the outputs with ``--names``); ``--with-files`` replaces a stale copy of a file it
+    copies, and says which one it did not copy (a second one of the same name)."""
+    for name in ("text", "vision"):
+        (tmp_path / name).mkdir()
+        save_two_file(_uint8_model(2, 3000, seed=len(name)), tmp_path / name / "model.onnx")
+        (tmp_path / name / "genai_config.json").write_text(f'{{"model": "{name}"}}')
+    (tmp_path / "out").mkdir()
+    onnxl.save(_uint8_model(1, 100), tmp_path / "out" / "text_model.onnx")  # someone's model
+    before = folder_digest(tmp_path / "out")
+    srcs = [tmp_path / "text" / "model.onnx", tmp_path / "vision" / "model.onnx"]
+    code, _, err = _cli(capsys, "dedup", *srcs, "--out", tmp_path / "out")
+    assert code == 1 and "which exists: name the outputs with --names" in err
+    assert folder_digest(tmp_path / "out") == before
+    os.remove(tmp_path / "out" / "text_model.onnx")
+    (tmp_path / "out" / "genai_config.json").write_text("stale")
+    code, out, err = _cli(capsys, "dedup", *srcs, "--out", tmp_path / "out", "--with-files")
+    assert code == 0, err
+    assert "copied beside them: genai_config.json" in out
+    assert (tmp_path / "out" / "genai_config.json").read_text() == '{"model": "text"}'
+    # two folders, two configs of one name: the first is copied, the second said
+    (tmp_path / "out2").mkdir()
+    code, out, err = _cli(capsys, "dedup", *srcs, "--out", tmp_path / "out2", "--with-files")
+    assert code == 0, err
+    assert (tmp_path / "out2" / "genai_config.json").read_text() == '{"model": "text"}'
+    assert f"not copied: {tmp_path / 'vision' / 'genai_config.json'}" in out
 
 
 # -- --with-files: which files it copies, and how ---------------------------------

@@ -22,7 +22,7 @@ import onnx
 import onnx_ir
 import onnxruntime as ort
 import pytest
-from helpers import make_runnable_model, read_back, save_two_file, tensor_bytes
+from helpers import make_runnable_model, read_back, save_two_file, tensor_bytes, uint8_model
 from helpers import run_cli as _cli
 
 import onnx_light.onnx as onnxl
@@ -218,6 +218,30 @@ def test_verify_of_a_plain_model_says_every_loader_accepts(tmp_path, capsys):
         f"OK {plain}: 2 external tensors, every reference valid "
         "(onnx, onnxruntime and onnx-ir load it)"
     ]
+
+
+def test_verify_says_onnx_refuses_a_link_on_the_way(tmp_path, capsys):
+    """A model whose location goes through a linked folder (``alias/w.data``): ``verify``
+    says recent onnx refuses it, and onnx does."""
+    (tmp_path / "y").mkdir()
+    model = uint8_model(2, 3000)
+    onnxl.save(model, tmp_path / "m.onnx", location="y/w.data")
+    os.symlink("y", tmp_path / "alias")
+    meta = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    for t in meta.graph.initializer:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = "alias/w.data"
+    onnx.save(meta, str(tmp_path / "m.onnx"))
+    code, out, _ = _cli(capsys, "verify", tmp_path / "m.onnx")
+    assert code == 0
+    assert "onnx >= 1.21: refuses: alias/w.data goes through a symbolic link (alias)" in out
+    try:
+        onnx.load(str(tmp_path / "m.onnx"))
+        loaded = True
+    except Exception:  # noqa: BLE001 - onnx's checker error
+        loaded = False
+    assert not loaded
 
 
 # -- what we write loads in all three -------------------------------------------------------

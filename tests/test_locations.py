@@ -2,7 +2,8 @@
 
 As onnx means it, whatever the working directory, and it must stay inside that
 folder (a symlinked subfolder that leaves it is refused, and the error names
-both paths); a name a reader would refuse, or one that is not valid UTF-8 (a
+both paths; one inside it is recorded as the folder it is, and ``lnk/..`` is
+where the kernel goes); a name a reader would refuse, or one that is not valid UTF-8 (a
 location is recorded as UTF-8), is refused before anything is written, while
 model files whose own names are not UTF-8 are read and re-aligned.
 """
@@ -121,3 +122,38 @@ def test_messages_show_undecodable_names_as_bytes(tmp_path):
     with pytest.raises(FileNotFoundError) as info:
         onnxl.align_external_data_streaming(os.path.join(folder, "m.onnx"), tmp_path / "a.onnx")
     assert "caf\\xe9" in str(info.value) and "udce9" not in str(info.value)
+
+
+def test_a_dot_dot_after_a_link_is_where_the_kernel_goes(tmp_path, monkeypatch):
+    """``lnk/../m.onnx`` (``lnk`` a symbolic link) names the file the kernel opens,
+    ``<lnk's target>/../m.onnx``, never the unrelated ``./m.onnx``: save writes there, and
+    load and align read from there."""
+    (tmp_path / "deep" / "x").mkdir(parents=True)
+    os.symlink(tmp_path / "deep" / "x", tmp_path / "lnk")
+    onnxl.save(_model(2, 3000, seed=1), tmp_path / "m.onnx")  # unrelated
+    unrelated = (tmp_path / "m.onnx").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    model = _model(2, 3000, seed=2)
+    onnxl.save(model, "lnk/../m.onnx", location="m.onnx.data")
+    assert (tmp_path / "m.onnx").read_bytes() == unrelated
+    assert not (tmp_path / "m.onnx.data").exists()
+    assert read_back(tmp_path / "deep" / "m.onnx") == tensor_bytes(model)
+    # and read from there: load and align take the same file
+    assert tensor_bytes(onnxl.load("lnk/../m.onnx")) == tensor_bytes(model)
+    onnxl.align_external_data_streaming("lnk/../m.onnx", "lnk/../out.onnx")
+    assert read_back(tmp_path / "deep" / "out.onnx") == tensor_bytes(model)
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_a_linked_subfolder_is_recorded_as_the_folder_it_is(tmp_path):
+    """Weights saved to ``alias/w.data`` (``alias`` a link to ``y``) are recorded as
+    ``y/w.data``, the folder they are in: onnx refuses a link anywhere on the way, and
+    loads this model."""
+    (tmp_path / "y").mkdir()
+    os.symlink("y", tmp_path / "alias")
+    model = _model(2, 3000)
+    onnxl.save(model, tmp_path / "m.onnx", location="alias/w.data")
+    meta = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    locations = {e.value for t in meta.graph.initializer for e in t.external_data}
+    assert "y/w.data" in locations
+    assert tensor_bytes(onnx.load(str(tmp_path / "m.onnx"))) == tensor_bytes(model)  # onnx too

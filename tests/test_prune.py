@@ -5,7 +5,8 @@ and the new one no longer does, once no other model of the folder reads them.
 A model of the folder that cannot be read might read them: the prune keeps the
 files and warns, naming the model it could not read, at the caller's line. A
 file the new model still reads is kept, the next ones are still removed, and a
-file someone else deleted first is no error. Which models read a file is in
+file someone else deleted first is no error. A ``.safetensors`` is never pruned,
+whatever the case of its extension. Which models read a file is in
 ``test_other_readers.py``.
 """
 
@@ -15,7 +16,7 @@ import os
 import warnings
 
 import pytest
-from helpers import read_back, save_two_file, tensor_bytes, uint8_model
+from helpers import read_back, run_cli, save_two_file, tensor_bytes, uint8_model
 
 import onnx_light.onnx as onnxl
 from onnx_light.onnx._commit import prune as _prune
@@ -109,3 +110,18 @@ def test_removing_a_file_someone_already_deleted_is_not_an_error(tmp_path):
     gone, there = str(tmp_path / "a.data"), str(tmp_path / "b.data")
     assert _prune.remove([gone, there]) == [there]
     assert os.listdir(tmp_path) == []
+
+
+def test_a_safetensors_in_upper_case_is_never_pruned(tmp_path, capsys):
+    """``MODEL.SAFETENSORS``, left behind by an in-place ``align --prune``, stays: a
+    ``.safetensors`` is never pruned, whatever the case of its extension (other tools load
+    it for themselves)."""
+    model = uint8_model(2, 6000)
+    save_two_file(model, tmp_path / "model.onnx", location="MODEL.SAFETENSORS", size_threshold=0)
+    code, _, err = run_cli(
+        capsys, "align", tmp_path / "model.onnx", tmp_path / "model.onnx", "--weights", "w.data",
+        "--prune",
+    )  # fmt: skip
+    assert code == 0, err
+    assert (tmp_path / "MODEL.SAFETENSORS").exists()
+    assert read_back(tmp_path / "model.onnx") == tensor_bytes(model)
