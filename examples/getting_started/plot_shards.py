@@ -56,7 +56,9 @@ print("onnx.load: the same weights from", len(sizes) - 1, "shards")
 
 shards = [size / 2**20 for name, size in sizes.items() if name.endswith(".data")]
 plt.bar([f"shard {i + 1}" for i in range(len(shards))], shards)
-plt.axhline(options.max_shard_size / 2**20, color="black", linestyle="--")
+limit = options.max_shard_size / 2**20
+plt.axhline(limit, color="black", linestyle="--")
+plt.ylim(0, 1.25 * limit)
 plt.ylabel("MiB (the dashed line: max_shard_size)")
 shutil.rmtree(folder)
 

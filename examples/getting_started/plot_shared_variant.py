@@ -61,9 +61,9 @@ print("onnx.load: the new W0 and the first model's other weights")
 # %%
 # The bytes written, against saving a full copy of the model:
 
-sizes = [(folder / "first.onnx.data").stat().st_size, written]
-plt.barh(["a full copy", "the variant"], [size / 2**20 for size in sizes])
-plt.xlabel("MiB of weights written")
+sizes = [written, (folder / "first.onnx.data").stat().st_size]
+plt.bar(["the variant", "a full copy"], [size / 2**20 for size in sizes])
+plt.ylabel("MiB of weights written")
 shutil.rmtree(folder)
 
 # %%
