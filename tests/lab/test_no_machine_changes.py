@@ -33,7 +33,7 @@ from collections.abc import Iterator
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCANNED = ("onnx_light", "benchmarks", "examples", "Makefile", ".ci")
 
 SYSTEM = re.compile(r"^/(?:sys|proc/sys|run|var/run)(?:/|$)")

@@ -9,7 +9,7 @@ import pathlib
 import onnx
 import pytest
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks")
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "benchmarks")
 
 
 @pytest.fixture

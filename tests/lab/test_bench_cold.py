@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.harness import make_gemm_model
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks")
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "benchmarks")
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from benchmarks.harness import compare
 from benchmarks.harness.compare import REPORT_ENV
 
-ROOT = os.path.join(os.path.dirname(__file__), "..")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 _spec = importlib.util.spec_from_file_location(
     "conclusions", os.path.join(ROOT, "_doc", "conclusions.py")
 )

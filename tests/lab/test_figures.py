@@ -23,7 +23,7 @@ from benchmarks.harness.figures import OTHER_COLORS, TOOL_COLORS, tool_of
 
 matplotlib.use("Agg")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 report = pytest.importorskip("report")

@@ -13,7 +13,8 @@ from onnx import numpy_helper
 
 import onnx_light.onnx as onnxl
 
-_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks", "sources.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_PATH = os.path.join(ROOT, "benchmarks", "sources.py")
 _SPEC = importlib.util.spec_from_file_location("bench_sources", _PATH)
 sources = sys.modules["bench_sources"] = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(sources)  # without putting benchmarks/ on sys.path
