@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted((ROOT / "examples" / "getting_started").glob("plot_*.py"))
 IDS = [recipe.name for recipe in RECIPES]
 MAX_LINES = 90

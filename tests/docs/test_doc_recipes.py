@@ -34,7 +34,7 @@ from onnx import numpy_helper
 
 from benchmarks.harness import make_gemm_model
 
-ROOT = os.path.join(os.path.dirname(__file__), "..")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 PAGES = sorted(
     os.path.join("_doc", "howto", name)
     for name in os.listdir(os.path.join(ROOT, "_doc", "howto"))

@@ -8,7 +8,7 @@ pattern per line) and at least one ranking sentence,
 as ``_doc/conclusions.py`` reads them from the built site, in the words of the
 committed gallery report (``benchmarks/results/gallery.json``) where it has the
 comparison, and, in this quick run, without comparing its ratio with the report's.
-The getting-started recipes run as a reader runs them: ``tests/test_recipes.py``.
+The getting-started recipes run as a reader runs them: ``tests/docs/test_recipes.py``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 
 from benchmarks.harness.compare import report_entries
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SCRIPTS = sorted(EXAMPLES.glob("benchmarks/plot_*.py"))
 TIMEOUT = 600
 

@@ -54,7 +54,7 @@ import onnx_light.onnx as onnxl
 from benchmarks.harness import make_gemm_model, weights_nbytes
 from onnx_light.cli import build_parser
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 REPORTS = ("latest", "cold", "dedup")  # the reports the benchmarks page shows
 REPORTS += ("latest_order10", "reporting_order10", "reporting_order11")  # and those it quotes

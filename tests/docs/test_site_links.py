@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-ROOT = os.path.join(os.path.dirname(__file__), "..")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 SITE = os.path.join(ROOT, "_doc", "_build", "html")
 
 
