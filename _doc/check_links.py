@@ -1,7 +1,7 @@
 """Every internal link of the built site resolves: the page exists, and so does its anchor.
 
 Run by ``make doc`` after the build (``python _doc/check_links.py _doc/_build/html``)
-and by ``tests/test_site_links.py`` on a site already built. External links
+and by ``tests/docs/test_site_links.py`` on a site already built. External links
 (``http``, ``https``, ``mailto``) are not followed: the build is offline.
 """
 
