@@ -1,4 +1,4 @@
-"""Issue 20's cold rows of ``make bench``: sources, the cgroup helper, OOM-kills as rows."""
+"""The cold rows of ``make bench``: sources, the cgroup helper, OOM-kills as rows."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dedup sources of ``make bench`` (issue 19): what the rows' targets assume."""
+"""The dedup sources of ``make bench``: what the rows' targets assume."""
 
 from __future__ import annotations
 
