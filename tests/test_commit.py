@@ -1,4 +1,4 @@
-"""How a commit is made (``_atomic``): temporary files, renames that can be undone.
+"""How a commit is made (``_commit/atomic.py``): temporary files, renames that can be undone.
 
 A commit that fails (an exchange, a link or a rename refused, an immutable
 ``.onnx``) leaves the old pair as it was; files replaced keep their mode and new

@@ -42,10 +42,11 @@ LINKS = ["symlink", "hardlink"]
 
 @pytest.fixture(params=LINKS)
 def folder(request, tmp_path):
-    """``(folder, the tensors' bytes)``: a.onnx, a.onnx.data, link.data and c.onnx.
+    """``(folder, the tensors' bytes, the kind of link)``: a.onnx, a.onnx.data, link.data
+    and c.onnx.
 
     With a hard link, every call below is refused before it writes (the
-    source's data file has two links): ``_outcome`` expects that."""
+    source's data file has two links): ``_refused`` and ``_prune`` expect that."""
     m = tmp_path / "m"
     m.mkdir()
     model = uint8_model(2, 6000)

@@ -1,4 +1,4 @@
-"""When source files are opened (``_sources``): each once, checked on its descriptor.
+"""When source files are opened (``_read/sources.py``): each once, checked on its descriptor.
 
 The file read is the file checked: a data file renamed over, edited (even with
 its mtime set back) or turned into a hard link or a symlink between the checks
