@@ -2,13 +2,13 @@
 
 A model re-aligned in place without a weights name keeps the name of the
 weights file (or of the shards, and their naming) it has, as exporters wrote
-it, unless another model reads that file or bytes no tensor reads any more would be
-dropped (those stay, in the old file, listed); a dedup in place does too.
-``X`` and ``X_1`` are two files, not transformers.js shards. A model
+it, unless another model reads that file or bytes no tensor reads any more
+would be dropped (those stay, in the old file, listed); a dedup in place does
+too. ``X`` and ``X_1`` are two files, not transformers.js shards. A model
 already as the align would write it is left alone (same inodes, same bytes),
 unless asked to rewrite or given other settings; one that only differs in how
-its entries are written, holds junk in its padding, reads its weights through a
-link or holds external sparse values is rewritten.
+its entries are written, holds junk in its padding, reads its weights through
+a link or holds external sparse values is rewritten.
 """
 
 from __future__ import annotations
