@@ -7,21 +7,36 @@ file that replaces another keeps the replaced file's permission bits; a new
 file gets ``0666 & ~umask``. On any error the temporary files are removed:
 nothing appears under a destination name, files already there are untouched.
 
-The commit replaces the files in order (the weights first, the ``.onnx``
-last) while holding an exclusive ``flock`` on their folders. Each replaced
-file stays reachable until the last rename succeeded: swapped with its
-replacement in one ``renameat2(RENAME_EXCHANGE)`` where the filesystem has
-it, else kept under a second hard link (or, failing that, a new name). If a
-rename fails (an immutable ``.onnx``, EPERM, EBUSY), the renames already made
-are undone, so the old pair is exactly as it was. Readers of onnx-light take
-the same lock shared while they open a model and its data files, so they
-never pair an ``.onnx`` with weights of another commit.
+The commit first closes every descriptor the call holds of its sources
+(``release``): a file about to be replaced is never open at its rename, which
+Windows requires. It then replaces the files in order (the weights first, the
+``.onnx`` last) while holding an exclusive ``flock`` on their folders (POSIX;
+Windows has no lock on a folder). Each replaced file stays reachable until
+the last rename succeeded: swapped with its replacement in one
+``renameat2(RENAME_EXCHANGE)`` where the filesystem has it (Linux), else kept
+under a second hard link (macOS, Linux without the exchange), else moved
+aside to a new name (no hard links; and always on Windows, see below). If a
+rename fails (an immutable ``.onnx``, EPERM, EBUSY, a file another process
+holds open on Windows), the renames already made are undone, so the old pair
+is exactly as it was. Readers of onnx-light take the same lock shared while
+they open a model and its data files, so they never pair an ``.onnx`` with
+weights of another commit.
+
+On Windows a file's names cannot be removed nor renamed while any process
+holds it open without ``FILE_SHARE_DELETE`` (CPython's ``open`` and
+onnxruntime's mapping both do). A second hard link could then not be removed
+after a refused replace, leaving the old file with two links (which onnx and
+onnx-light refuse). So there the old file is moved aside first, as
+``ReplaceFileW`` does with a backup name: a file another process holds fails
+that first rename, before anything changed, with an error that names it.
 
 A commit that replaces a file, or any commit of a set made ``durable``,
 survives a power cut: every new file's data and metadata are flushed to the
-disk (``fsync``) before the first rename, and each folder is flushed after
+disk (``fsync``; ``F_FULLFSYNC`` on macOS, where ``fsync`` leaves the data in
+the drive's cache) before the first rename, and each folder is flushed after
 the last one, so the renames themselves are on the disk when the call
-returns.
+returns (POSIX: Windows cannot open a folder to flush it; NTFS journals the
+renames).
 """
 
 from __future__ import annotations
@@ -32,10 +47,11 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .._errors import shown
+from .._system.files import O_BINARY, O_CLOEXEC
 from .._system.libc import last_error, libc_function
 from .._system.signals import critical, guarded
 
@@ -48,6 +64,12 @@ _NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _NO_EXCHANGE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP})
 _NO_MODES = frozenset({errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EPERM, errno.EINVAL})
 _NO_SYNC = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF})
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", None)  # None: folders cannot be opened (Windows)
+# Windows (the one system with O_BINARY): an open file's names cannot be removed,
+# so a replaced file is moved aside, never given a second link (see the docstring)
+_NAMES_PINNED_BY_OPEN_FILES = O_BINARY != 0
+_PATHCONF = getattr(os, "pathconf", None)
+_FCHMOD = getattr(os, "fchmod", None)  # Windows before Python 3.13: none (modes are POSIX's)
 
 
 def temp_path(final_path: str, suffix: str = TMP_SUFFIX, token: str | None = None) -> str:
@@ -61,7 +83,7 @@ def temp_path(final_path: str, suffix: str = TMP_SUFFIX, token: str | None = Non
     """
     folder, name = os.path.split(final_path)
     try:
-        limit = os.pathconf(folder or ".", "PC_NAME_MAX")
+        limit = _PATHCONF(folder or ".", "PC_NAME_MAX") if _PATHCONF else 255  # NTFS: 255
     except (OSError, ValueError):
         limit = 255
     room = limit - len(os.fsencode(f"..{'0' * 8}{suffix}"))
@@ -81,8 +103,10 @@ def _kept_mode(final_path: str) -> int | None:
 
 def _fchmod(fd: int, mode: int) -> None:
     """Give the file ``mode``, where the filesystem stores modes (not FAT, exFAT...)."""
+    if _FCHMOD is None:
+        return
     try:
-        os.fchmod(fd, mode)
+        _FCHMOD(fd, mode)
     except OSError as e:
         if e.errno not in _NO_MODES:
             raise
@@ -176,12 +200,12 @@ class AtomicFiles:
         with critical():
             for entry in self._pending:
                 if entry.final == final_path and entry.fd < 0:
-                    entry.fd = os.open(entry.tmp, os.O_RDWR | os.O_CLOEXEC)
+                    entry.fd = os.open(entry.tmp, os.O_RDWR | O_BINARY | O_CLOEXEC)
                     self._writing = final_path
                     return entry.fd
             mode = _kept_mode(final_path)
             tmp = temp_path(final_path, token=self._token)
-            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | O_BINARY | O_CLOEXEC
             try:
                 fd = os.open(tmp, flags, 0o600 if mode is not None else 0o666)
             except FileExistsError:
@@ -230,7 +254,7 @@ class AtomicFiles:
                 os.close(fd)
                 return
 
-    def commit(self) -> None:
+    def commit(self, release: Callable[[], None] | None = None) -> None:
         """Close the temporary files and move each over its final name, in order.
 
         Signals are held from the first rename to the last clean-up, and
@@ -238,9 +262,23 @@ class AtomicFiles:
         The wait for the folders' locks is not held: an interrupt then
         removes the temporary files.
 
+        Args:
+            release: closes the call's descriptors of its sources (its
+                :class:`~onnx_light.onnx._read.sources.SourceFiles`), called
+                before the first rename: Windows refuses to replace a file
+                that is open, the caller's own descriptors included.
+
         Raises:
             OSError: a rename failed; the renames already made were undone.
+                On Windows a file another process holds open (an onnxruntime
+                session...) is named: nothing was replaced.
         """
+        if release is not None:
+            try:
+                release()
+            except OSError:
+                self.abort()
+                raise
         durable = self.durable or any(os.path.lexists(e.final) for e in self._pending)
         if durable:  # data and metadata on the disk before any rename (an interrupt
             for entry in self._pending:  # here removes the temporary files: nothing lost)
@@ -337,14 +375,29 @@ class _Swap:
                 return
             old = temp_path(self.final, OLD_SUFFIX)
             try:
+                if _NAMES_PINNED_BY_OPEN_FILES:
+                    raise OSError(errno.EPERM, "a second link could not be undone here")
                 os.link(self.final, old, follow_symlinks=False)
                 self.old = old
             except OSError:  # no hard links here: move it aside
-                os.rename(self.final, old)
+                try:
+                    os.rename(self.final, old)
+                except PermissionError as e:
+                    if _NAMES_PINNED_BY_OPEN_FILES:  # Windows: open in another process
+                        raise PermissionError(
+                            e.errno,
+                            f"cannot replace {shown(self.final)}: another process holds it "
+                            "open (an onnxruntime session, an editor, a virus scanner?); "
+                            "close it and run again, or write to another name",
+                            self.final,
+                        ) from None
+                    raise
                 self.old, self.state = old, "aside"
             os.replace(self.tmp, self.final)
             self.state = "done"
         except OSError as e:
+            if e.filename == self.final:
+                raise
             raise OSError(
                 e.errno, f"cannot replace {shown(self.final)}: {e.strerror}", self.final
             ) from None
@@ -390,13 +443,18 @@ def folder_lock(folder: str, shared: bool = False) -> Iterator[None]:
     """Hold a ``flock`` on ``folder``: exclusive to commit, shared to read a model.
 
     Best effort: skipped where the folder cannot be opened or flock is not
-    supported. Every call opens its own descriptor, so the lock also
-    serialises threads of one process.
+    supported, and on Windows, which has neither ``flock`` nor a descriptor
+    of a folder (there a reader may pair an ``.onnx`` with the weights of a
+    commit made meanwhile: the platforms page says so). Every call opens its
+    own descriptor, so the lock also serialises threads of one process.
     """
+    if _O_DIRECTORY is None:
+        yield
+        return
     try:
         import fcntl
 
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(folder, os.O_RDONLY | _O_DIRECTORY | O_CLOEXEC)
     except (ImportError, OSError):
         yield
         return
@@ -408,16 +466,42 @@ def folder_lock(folder: str, shared: bool = False) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+def full_sync(fd: int) -> None:
+    """Flush a file to the disk itself: ``fsync``, or ``F_FULLFSYNC`` on macOS.
+
+    macOS's ``fsync`` hands the data to the drive, which may keep it in its
+    cache across a power cut; ``fcntl(F_FULLFSYNC)`` asks the drive to write
+    it (where a filesystem refuses it, ``fsync`` is what it can do).
+
+    Raises:
+        OSError: the flush failed.
+    """
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_FULLFSYNC)
+        return
+    except (ImportError, AttributeError):  # not macOS
+        pass
+    except OSError as e:
+        if e.errno not in _NO_SYNC:
+            raise
+    os.fsync(fd)
+
+
 def _fsync_file(entry: _Pending) -> None:
     """Flush a temporary file's data and metadata to the disk (reopened if closed).
+
+    Reopened for writing: Windows flushes only through a descriptor that may
+    write (``FlushFileBuffers``; read-only, EBADF).
 
     Raises:
         OSError: the flush failed (an I/O error: the data may not be on the
             disk), naming the destination.
     """
-    fd = entry.fd if entry.fd >= 0 else os.open(entry.tmp, os.O_RDONLY | os.O_CLOEXEC)
+    fd = entry.fd if entry.fd >= 0 else os.open(entry.tmp, os.O_RDWR | O_BINARY | O_CLOEXEC)
     try:
-        os.fsync(fd)
+        full_sync(fd)
     except OSError as e:
         if e.errno not in _NO_SYNC:  # a filesystem that cannot flush (some FUSE ones)
             raise OSError(
@@ -434,12 +518,14 @@ def _fsync_folder(folder: str) -> None:
     Raises:
         OSError: the flush failed with an I/O error.
     """
+    if _O_DIRECTORY is None:
+        return  # Windows: folders cannot be opened (NTFS journals the renames)
     try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(folder, os.O_RDONLY | _O_DIRECTORY | O_CLOEXEC)
     except OSError:
         return  # a folder that cannot be opened cannot be flushed: nothing more to do
     try:
-        os.fsync(fd)
+        full_sync(fd)
     except OSError as e:
         if e.errno not in _NO_SYNC:
             raise OSError(

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from .._plan.planner import Item
 from .._read.sources import SourceFile, SourceFiles
+from .._system.files import pread_into
 from .._system.memory import SOURCE
 
 __all__ = ["Blob", "blob_of", "comparison_bound", "comparison_estimate", "content_classes"]
@@ -88,7 +89,7 @@ class _Reader:
         done = 0
         with self.files.lease(blob.source) as fd:
             while done < size:
-                n = os.preadv(fd, [buf[done:]], blob.offset + start + done)
+                n = pread_into(fd, buf[done:], blob.offset + start + done)
                 if n == 0:
                     raise OSError(
                         f"{blob.source.path}: ended at byte {blob.offset + start + done} "

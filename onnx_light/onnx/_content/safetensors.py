@@ -11,7 +11,7 @@ is checked as strictly as the reference implementation
 (https://github.com/huggingface/safetensors) checks it: known dtypes, lengths
 that match shape x dtype, ranges inside the file that neither overlap nor
 leave bytes that belong to no tensor. Only the header is read, with one
-bounded ``os.pread``, so a file of any size costs the size of its header.
+bounded positioned read, so a file of any size costs the size of its header.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from onnx import TensorProto
 
 from .._errors import ExternalDataError, shown
+from .._system.files import pread
 
 __all__ = ["read_safetensors_header"]
 
@@ -92,12 +93,13 @@ class SafetensorsTensor:
 def read_safetensors_header(fd: int, path: str) -> list[SafetensorsTensor]:
     """The tensors of a safetensors file, read and checked from its header only.
 
-    The 8-byte length is read, then the JSON header in one ``os.pread`` (at
+    The 8-byte length is read, then the JSON header in one positioned read (at
     most :data:`MAX_HEADER_SIZE` bytes); the data is never read.
 
     Args:
-        fd: an open descriptor of the file (read with ``os.pread``; its
-            position is not used nor moved).
+        fd: an open descriptor of the file (read with positioned reads:
+            its position is not used, and moved only on Windows, which has
+            no ``pread``).
         path: the file's name, for messages only.
 
     Returns:
@@ -121,7 +123,7 @@ def read_safetensors_header(fd: int, path: str) -> list[SafetensorsTensor]:
             f"{where}: not a safetensors file: {size} bytes, fewer than the 8 that hold "
             f"the header's length; {_RESAVE}"
         )
-    first = os.pread(fd, 8, 0)
+    first = pread(fd, 8, 0)
     if len(first) < 8:  # shrank since fstat
         raise ExternalDataError(f"{where}: the file ended while reading its header's length")
     n = int.from_bytes(first, "little")
@@ -135,7 +137,7 @@ def read_safetensors_header(fd: int, path: str) -> list[SafetensorsTensor]:
             f"{where}: its header length {n} goes past the end of the file ({size} bytes): "
             f"truncated or not a safetensors file; {_RESAVE}"
         )
-    raw = os.pread(fd, n, 8)
+    raw = pread(fd, n, 8)
     if len(raw) < n:
         raise ExternalDataError(f"{where}: the file ended while reading its header")
     tensors = _parse(raw, where)

@@ -10,7 +10,6 @@ same NaN, ``-0.0`` differs from ``0.0``.
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Callable
 
@@ -19,6 +18,7 @@ import numpy as np
 from .._errors import TruncatedFileError
 from .._plan.planner import Item
 from .._read.sources import SourceFiles
+from .._system.files import pread
 from .keys import Blob, blob_of
 
 __all__ = ["find_transposed"]
@@ -198,6 +198,6 @@ def _read(blob: Blob, files: SourceFiles) -> Callable[[int, int], bytes]:
 
     def read(offset: int, length: int) -> bytes:
         with files.lease(blob.source) as fd:
-            return os.pread(fd, length, blob.offset + offset)
+            return pread(fd, length, blob.offset + offset)
 
     return read

@@ -27,11 +27,16 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from .._errors import OUTSIDE, ExternalDataError, shown
+from .._system.files import O_BINARY, O_CLOEXEC
 
 __all__ = ["SourceFile", "SourceFiles", "identity", "is_inside", "kernel_path"]
 
 
-_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+# O_NONBLOCK and O_NOCTTY: a FIFO or a terminal swapped in after the check never
+# blocks the open (POSIX; Windows has neither, nor FIFOs in a folder)
+_OPEN_FLAGS = (
+    os.O_RDONLY | O_BINARY | O_CLOEXEC | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+)
 
 
 def descriptor_budget() -> int:
@@ -124,8 +129,14 @@ def kernel_path(path: str | os.PathLike) -> str:
 
 
 def is_inside(path: str, folder: str) -> bool:
-    """True when ``path`` is ``folder`` or lies below it (both already resolved)."""
-    return os.path.commonpath([path, folder]) == folder
+    """True when ``path`` is ``folder`` or lies below it (both already resolved).
+
+    On Windows a path on another drive than ``folder`` is outside it.
+    """
+    try:
+        return os.path.commonpath([path, folder]) == folder
+    except ValueError:  # Windows: another drive (or a relative and an absolute path)
+        return False
 
 
 class SourceFiles:

@@ -56,7 +56,7 @@ def _cachestat(fd: int, start: int, size: int) -> int | None:
         [ctypes.c_long, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint],
         ctypes.c_long,
     )
-    if call is None or os.uname().sysname != "Linux":
+    if call is None or not hasattr(os, "uname") or os.uname().sysname != "Linux":
         _state["cachestat"] = False
         return None
     rng, out = _Range(start, size), _Stat()
@@ -69,7 +69,8 @@ def _cachestat(fd: int, start: int, size: int) -> int | None:
 
 def _mincore(fd: int, start: int, size: int) -> int | None:
     """Pages of the range in the page cache, through a mapping; None where it cannot tell."""
-    if os.geteuid() not in (0, os.fstat(fd).st_uid):  # it would report our mappings only
+    geteuid = getattr(os, "geteuid", None)  # POSIX only
+    if geteuid is None or geteuid() not in (0, os.fstat(fd).st_uid):  # ours only otherwise
         return None
     mmap_ = libc_function(
         "mmap",

@@ -1,10 +1,20 @@
-"""Reading and sizing files: exact positional reads, reading references, preallocation."""
+"""Reading and sizing files: positioned reads and writes, reading references, preallocation.
+
+Positioned I/O (:func:`pread`, :func:`pread_into`, :func:`pwrite`) is
+``os.preadv`` / ``os.pread`` / ``os.pwrite`` where the system has them (Linux,
+macOS). Windows has none of them: there a read or a write seeks, then reads
+or writes, holding a lock per descriptor, so threads that share a descriptor
+never move each other's position in between. The ``os`` functions are looked
+up at each call (an attribute lookup), so tests can replace them.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import io
 import os
+import threading
 from collections import deque
 
 from .._errors import TruncatedFileError, shown
@@ -12,13 +22,79 @@ from .libc import last_error, libc_function
 from .pool import Pool
 
 __all__ = [
+    "O_BINARY",
+    "O_CLOEXEC",
     "only_zeros_between",
+    "pread",
     "pread_exact",
+    "pread_into",
+    "pwrite",
     "preallocate",
     "read_refs",
     "read_upto",
     "read_whole",
 ]
+
+
+# Windows opens in text mode without O_BINARY (newlines translated): every open
+# of the package adds it. O_CLOEXEC is POSIX's; elsewhere os.open's descriptors
+# are not inherited anyway (PEP 446).
+O_BINARY = getattr(os, "O_BINARY", 0)
+O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+_seek_locks: dict[int, threading.Lock] = {}  # Windows: one per descriptor
+
+
+def _seek_lock(fd: int) -> threading.Lock:
+    lock = _seek_locks.get(fd)
+    if lock is None:
+        lock = _seek_locks.setdefault(fd, threading.Lock())
+    return lock
+
+
+def pread_into(fd: int, buf: memoryview, offset: int) -> int:
+    """Read into ``buf`` from ``offset`` of ``fd`` (one call: maybe fewer bytes).
+
+    Returns:
+        The number of bytes read (0 at the end of the file).
+    """
+    preadv = getattr(os, "preadv", None)  # Linux, macOS 11 and later
+    if preadv is not None:
+        return preadv(fd, [buf], offset)
+    pread_ = getattr(os, "pread", None)
+    if pread_ is not None:
+        data = pread_(fd, len(buf), offset)
+        buf[: len(data)] = data
+        return len(data)
+    with _seek_lock(fd):
+        os.lseek(fd, offset, os.SEEK_SET)
+        with io.FileIO(fd, "rb", closefd=False) as f:
+            return f.readinto(buf) or 0
+
+
+def pread(fd: int, length: int, offset: int) -> bytes:
+    """Up to ``length`` bytes at ``offset`` of ``fd`` (fewer at the end of the file)."""
+    pread_ = getattr(os, "pread", None)
+    if pread_ is not None:
+        return pread_(fd, length, offset)
+    buf = bytearray(length)
+    n = pread_into(fd, memoryview(buf), offset)
+    del buf[n:]
+    return bytes(buf)
+
+
+def pwrite(fd: int, data, offset: int) -> int:
+    """Write ``data`` at ``offset`` of ``fd`` (one call: maybe fewer bytes).
+
+    Returns:
+        The number of bytes written.
+    """
+    pwrite_ = getattr(os, "pwrite", None)
+    if pwrite_ is not None:
+        return pwrite_(fd, data, offset)
+    with _seek_lock(fd):
+        os.lseek(fd, offset, os.SEEK_SET)
+        return os.write(fd, data)
 
 
 def read_upto(fd: int, buf: memoryview, offset: int) -> int:
@@ -29,7 +105,7 @@ def read_upto(fd: int, buf: memoryview, offset: int) -> int:
     """
     done = 0
     while done < len(buf):
-        n = os.preadv(fd, [buf[done : done + (1 << 30)]], offset + done)
+        n = pread_into(fd, buf[done : done + (1 << 30)], offset + done)
         if not n:
             break
         done += n
@@ -43,7 +119,7 @@ def pread_exact(fd: int, length: int, offset: int, what: str) -> bytes:
         TruncatedFileError: the file is shorter than expected (truncated while
             reading); an OSError and an EOFError.
     """
-    data = os.pread(fd, length, offset)
+    data = pread(fd, length, offset)
     if len(data) == length:
         return data
     return bytes(read_whole(fd, length, what, offset))
@@ -138,7 +214,7 @@ def only_zeros_between(
     for offset, length in sorted((*ranges, (size, 0))):
         while position < offset:
             n = min(chunk, offset - position)
-            data = os.pread(fd, n, position)
+            data = pread(fd, n, position)
             if len(data) < n or data.count(0) != n:
                 return False
             position += n

@@ -4,7 +4,8 @@ Three ways, tried in order, as CPython's ``shutil`` does for ``sendfile``:
 
 1. ``os.copy_file_range``: in-kernel, zero copy (reflinks on some filesystems);
 2. ``os.splice`` through a pipe: in-kernel too;
-3. a ``preadv`` / ``pwrite`` loop over one reusable ``chunk_size`` buffer.
+3. a positioned read / write loop over one reusable ``chunk_size`` buffer
+   (:func:`~onnx_light.onnx._system.files.pread_into`: ``preadv`` where the system has it).
 
 A copy that cannot share blocks (its offsets are shifted, or the filesystem
 never shares) starts with ``splice`` where the destination's
@@ -33,6 +34,7 @@ import os
 from collections.abc import Callable
 
 from .._errors import TruncatedFileError
+from .._system.files import pread_into, pwrite
 from .._system.memory import SOURCE
 from .fs import UNKNOWN, CopyPolicy
 
@@ -199,9 +201,10 @@ class CopyEngine:
         Raises:
             OSError: writing a destination to the disk failed (an I/O error).
         """
+        sync = getattr(os, "fdatasync", os.fsync)  # fsync where the system has no fdatasync
         for fd in self._dirty:
             try:
-                os.fdatasync(fd)  # dirty pages cannot be dropped: write them first
+                sync(fd)  # dirty pages cannot be dropped: write them first
             except OSError as e:
                 if e.errno not in UNSUPPORTED:
                     raise
@@ -290,7 +293,7 @@ class CopyEngine:
         copied = 0
         while copied < remaining:
             count = min(self.chunk_size, remaining - copied)
-            n = os.preadv(src, [buf[:count]], src_off + copied)
+            n = pread_into(src, buf[:count], src_off + copied)
             self._check_eof(n, what)
             pwrite_all(dst, buf[:n], dst_off + copied)
             copied += n
@@ -311,7 +314,7 @@ def pwrite_all(fd: int, data, offset: int) -> None:
     """``pwrite`` all of ``data`` at ``offset``, looping on short writes."""
     view = memoryview(data)
     while view:
-        n = os.pwrite(fd, view, offset)
+        n = pwrite(fd, view, offset)
         if n == 0:
             raise OSError(errno.EIO, "pwrite wrote nothing")
         view = view[n:]

@@ -57,4 +57,4 @@ def finish(
                 f"{shown(path)} would hold {size} bytes, over protobuf's 2 GiB limit: {too_large}"
             )
         write_pieces(out.create(path), pieces, files, chunk_size)
-    out.commit()
+    out.commit(release=files.close)  # no source open at a rename (Windows)
