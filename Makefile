@@ -1,6 +1,7 @@
 # One command each on a fresh clone: `make test`, `make doc`.
 PYTHON ?= python3
-VENV := .venv
+# another interpreter: make test PYTHON=python3.12 VENV=.venv-3.12
+VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
