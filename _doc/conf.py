@@ -15,8 +15,8 @@ directives and roles render what only exists at build time:
   ``REPORT.csv`` beside it: ``dedup``, ``cold``), so the pages never state a
   measurement by hand; a row the report lacks fails the build;
 - ``:report:`REPORT; ROW; COLUMN[; PART]``` prints one cell of a proof
-  report's Markdown tables (``benchmarks/results/REPORT.md``: the
-  onnxruntime, float16, threads and dedup proofs), the same way.
+  report's Markdown tables (``benchmarks/proofs/results/REPORT.md``: the
+  one-off proofs indexed in ``benchmarks/proofs/README.md``), the same way.
 
 ``make doc`` runs every gallery example at full size; with ``UNITTEST_GOING=1``
 in the environment the examples use small sizes (CI).
@@ -444,7 +444,8 @@ def literal_for_external(app, env, node, contnode):
 
 # -- Numbers of the benchmark report, quoted in the pages -----------------------
 
-BENCH_RESULTS = os.path.join(ROOT, "benchmarks", "results")
+BENCH_RESULTS = os.path.join(ROOT, "benchmarks", "results")  # make bench's reports
+PROOF_RESULTS = os.path.join(ROOT, "benchmarks", "proofs", "results")  # the proofs' reports
 BENCH_CSV = os.path.join(BENCH_RESULTS, "latest.csv")
 _bench_rows: dict[str, list[dict]] = {}
 
@@ -558,9 +559,10 @@ _CELL_UNIT = re.compile(r"(?:\(|, )(s|MiB|GiB|KiB|MB|GB)\)?\s*$")
 
 
 def _report_tables(report: str) -> list[list[list[str]]]:
-    """The pipe tables of ``benchmarks/results/REPORT.md``: rows of cells, header first."""
+    """The pipe tables of ``benchmarks/proofs/results/REPORT.md``: rows of cells, header
+    first."""
     if report not in _md_tables:
-        with open(os.path.join(BENCH_RESULTS, f"{report}.md"), encoding="utf-8") as f:
+        with open(os.path.join(PROOF_RESULTS, f"{report}.md"), encoding="utf-8") as f:
             lines = f.read().split("\n")
         tables, current = [], []
         for line in [*lines, ""]:
@@ -617,14 +619,14 @@ def report_cell(report: str, row: str, column: str, part: str = "cell") -> str:
 def report_role(name, rawtext, text, lineno, inliner, options=None, content=None):
     """``:report:`ort_alignment; gpt2 / single / default; session peak RSS growth; median```.
 
-    One figure of a proof report (``benchmarks/results/REPORT.md``, the
+    One figure of a proof report (``benchmarks/proofs/results/REPORT.md``, the
     Markdown its script writes), so that a page quoting it states what the
     committed report holds: see :func:`report_cell`. A cell the report lacks
     fails the build.
     """
     parts = [x.strip() for x in text.split(";")]
     env = inliner.document.settings.env
-    env.note_dependency(os.path.join(BENCH_RESULTS, f"{parts[0]}.md"))
+    env.note_dependency(os.path.join(PROOF_RESULTS, f"{parts[0]}.md"))
     try:
         return [nodes.Text(report_cell(*parts))], []
     except (TypeError, LookupError, OSError) as exc:

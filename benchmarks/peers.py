@@ -1,7 +1,7 @@
 """The settings the suite's peer rows call onnx-ir's and onnx's save with (issue 29).
 
-Chosen from ``benchmarks/peer_settings.py`` (report:
-``benchmarks/results/peer_settings.md``: 3 interleaved rounds in fresh processes
+Chosen from ``benchmarks/proofs/peer_settings.py`` (report:
+``benchmarks/proofs/results/peer_settings.md``: 3 interleaved rounds in fresh processes
 at 94924de, on a quiet machine): for each row where onnx-ir or onnx is the
 reference, its default and ``max_workers`` 1, 2, 4 x ``max_in_flight_bytes``
 256 MiB, 1 GiB (onnx-ir) or ``convert_attribute``, ``size_threshold`` (onnx).

@@ -400,7 +400,7 @@ ROWS = [
         1.0,
         note="the only peer measured here: optimum's merge_decoders needs decoder graphs "
         "(it cannot run on synthetic Gemm models) and optimum is not installed; "
-        "benchmarks/dedup_proof.py measures it on real exports",
+        "benchmarks/proofs/dedup_proof.py measures it on real exports",
     ),
     Row("dedup", "dedup", "peak", "ir_dedup", "abs", 16 * MiB),
     # 1/8 of the naive total (each model's new eighth) plus one copy of the shared 7/8:

@@ -1,15 +1,30 @@
-"""Figures, commits and files as the proof reports print them (no dependency: the proof venvs
-import it)."""
+"""Figures, commits and files as the proof reports print them, and the one writer of those
+reports (no dependency: the proofs' own venvs import it).
+
+Every proof of ``benchmarks/proofs/`` builds its report as Markdown text and hands it to
+:func:`write_report`, which prints it and writes it (and, given rows, their CSV beside
+it) into ``benchmarks/proofs/results/`` by default (:data:`RESULTS`).
+"""
 
 from __future__ import annotations
 
+import csv
 import os
 import statistics
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "benchmarks", "proofs", "results")  # the proofs' reports
 
-__all__ = ["measured_commit", "ratio_line", "short_commit", "spread", "write_report"]
+__all__ = [
+    "RESULTS",
+    "measured_commit",
+    "ratio_line",
+    "report_path",
+    "short_commit",
+    "spread",
+    "write_report",
+]
 
 
 def spread(values) -> str:
@@ -53,8 +68,31 @@ def measured_commit() -> str:
     return short_commit() + ("+" if dirty else "")
 
 
-def write_report(path: str, text: str) -> None:
-    """Print a proof report and write it to ``path``."""
+def report_path(name: str) -> str:
+    """Where a proof's report goes by default: ``benchmarks/proofs/results/NAME``."""
+    return os.path.join(RESULTS, name)
+
+
+def write_report(
+    path: str, text: str, rows: list[dict] | None = None, fields: list[str] | None = None
+) -> None:
+    """Print a proof report and write it to ``path`` (Markdown, ending with one newline).
+
+    Args:
+        path: the report's ``.md`` path (its folder is made if missing).
+        text: the report.
+        rows: the records behind it, one dict each: also written as CSV beside the
+            report (``path`` with ``.csv``).
+        fields: the CSV's columns (default: the first row's keys); a row's missing
+            ones are left empty, its others left out.
+    """
     print(text)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+        f.write(text.rstrip("\n") + "\n")
+    if rows is not None:
+        with open(os.path.splitext(path)[0] + ".csv", "w", newline="", encoding="utf-8") as f:
+            columns = fields or (list(rows[0]) if rows else [])
+            w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)

@@ -27,6 +27,6 @@ onnxl.DedupResult.removed
 
 import types  # noqa: E402
 
-_torch = types.SimpleNamespace()  # benchmarks/dedup_proof.py's torch modules
+_torch = types.SimpleNamespace()  # benchmarks/proofs/dedup_proof.py's torch modules
 _torch.forward  # torch.nn.Module.__call__ runs it
 _torch.embed_tokens  # set on a transformers model, which reads it

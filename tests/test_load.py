@@ -95,7 +95,7 @@ def test_not_an_onnx_file(tmp_path):
 
 def test_default_num_threads_is_one_reader(tmp_path, monkeypatch):
     """num_threads=None reads with one thread, even a model of one file per tensor:
-    measured (benchmarks/threads_proof.py), more readers were slower warm and faster
+    measured (benchmarks/proofs/threads_proof.py), more readers were slower warm and faster
     cold, neither beyond the rounds' spread. Asked for, they run, up to one per file."""
     from onnx_light.onnx import _io
 

@@ -217,13 +217,13 @@ fig.tight_layout()
 # it loads both decoders and merges them into one model with an ``If``
 # node. It needs optimum, torch and real decoder graphs, which this site's
 # build does not have, so its numbers come from the committed report of
-# ``benchmarks/dedup_proof.py`` (random-weight exports of a T5-small-like
+# ``benchmarks/proofs/dedup_proof.py`` (random-weight exports of a T5-small-like
 # model and a GPT-2-like decoder pair; the report says on which machine,
 # when and with which versions). Medians over its rounds, each in a fresh
 # process.
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(onnxl.__file__))))
-report = os.path.join(ROOT, "benchmarks", "results", "dedup_proof.csv")
+report = os.path.join(ROOT, "benchmarks", "proofs", "results", "dedup_proof.csv")
 if os.path.exists(report):
     proof = pandas.read_csv(report)
     proof = proof[proof["op"].isin(["onnx-light", "merge_decoders", "onnx-ir"])]
@@ -237,7 +237,8 @@ if os.path.exists(report):
     print(f"from {os.path.relpath(report, ROOT)}")
 else:  # an installed package without the repository's reports
     real = pandas.DataFrame()
-    print("benchmarks/results/dedup_proof.csv is not here: run benchmarks/dedup_proof.py")
+    print("benchmarks/proofs/results/dedup_proof.csv is not here:")
+    print("run benchmarks/proofs/dedup_proof.py")
 real.round(2)
 
 # %%

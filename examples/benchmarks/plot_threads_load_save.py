@@ -295,7 +295,7 @@ ratio = ratio[[no_parallel_work(op, layout) is None for op, layout in ratio.inde
 # * from **disk**, the one-file-per-tensor layout is where parallel readers
 #   can keep the disk busy while the others wait: one tensor per file means
 #   one ``open`` and one small read per tensor. The rounds of
-#   ``benchmarks/threads_proof.py`` (its report on
+#   ``benchmarks/proofs/threads_proof.py`` (its report on
 #   :ref:`l-howto-load-save-onnx-files`) found them faster there in most
 #   rounds cold, and slower in most rounds warm, neither beyond the rounds'
 #   spread;

@@ -28,7 +28,7 @@ cells of the gallery scripts (their docstring and the comments that follow a
   proof script or its report (``ort_alignment``, ``convert_proof``,
   ``threads_proof``, ``dedup_proof``, ``edit_proof``, ``peer_settings``,
   ``load_ab``:
-  ``benchmarks/results/NAME.md``) states none of that report's figures (its
+  ``benchmarks/proofs/results/NAME.md``) states none of that report's figures (its
   tables' cells, with their column's unit, and its prose). Such a number is quoted with
   ``:report:`` (``_doc/conf.py``).
 
@@ -55,7 +55,8 @@ from benchmarks.harness import make_gemm_model, weights_nbytes
 from onnx_light.cli import build_parser
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-RESULTS = os.path.join(ROOT, "benchmarks", "results")
+RESULTS = os.path.join(ROOT, "benchmarks", "results")  # make bench's reports
+PROOF_RESULTS = os.path.join(ROOT, "benchmarks", "proofs", "results")  # the proofs' reports
 REPORTS = ("latest", "cold", "dedup")  # the reports the benchmarks page shows
 REPORTS += ("latest_order10", "reporting_order10", "reporting_order11")  # and those it quotes
 
@@ -352,10 +353,10 @@ def _table_figures(rows: list[list[str]], found: dict[str, list[float]]) -> None
 
 
 def proof_figures(report: str) -> dict[str, list[float]]:
-    """The figures of ``benchmarks/results/REPORT.md`` (its tables and its prose), by
+    """The figures of ``benchmarks/proofs/results/REPORT.md`` (its tables and its prose), by
     unit (seconds, MiB, MB, ratios)."""
     found: dict[str, list[float]] = {"s": [], "MiB": [], "MB": [], "x": []}
-    text = _read(os.path.join(RESULTS, f"{report}.md"))
+    text = _read(os.path.join(PROOF_RESULTS, f"{report}.md"))
     table: list[list[str]] = []
     for line in [*text.split("\n"), ""]:
         if line.startswith("|"):
@@ -420,7 +421,10 @@ def test_the_proof_reports_have_figures():
 @pytest.mark.parametrize(
     ("report", "paragraph"),
     [
-        ("ort_alignment", "GPT-2's session peaks at 1011 MiB (``benchmarks/ort_alignment.py``)."),
+        (
+            "ort_alignment",
+            "GPT-2's session peaks at 1011 MiB (``benchmarks/proofs/ort_alignment.py``).",
+        ),
         ("ort_alignment", "peak at 636 and 655 MiB; created 6.8 and 15.8 times faster"),
         ("convert_proof", "the 2.7 GiB BERT converted in 5.2 s, 10.3x faster"),
         ("threads_proof", "warm, one thread was faster than four (1.43x)"),

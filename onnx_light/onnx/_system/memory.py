@@ -1,20 +1,20 @@
 """What ``drop_behind=None`` drops from the page cache: :func:`drop_by_default`.
 
-Two cases, measured in ``make bench``'s cold rows and ``benchmarks/cold_proof.py``:
+Two cases, each measured (the cold rows of :doc:`/benchmarks`, and the proof
+of the cold default it links):
 
 - the copy does not fit in the memory this process may still fill (page
   cache included): both files are dropped. It cannot stay cached anyway
   and would only push out what the rest of the machine (or container)
-  keeps there (in a 2 GiB cgroup, an 8 GiB re-align otherwise evicts a
-  1 GiB file read just before, all of it);
+  keeps there (in a cgroup smaller than the model, a re-align that keeps
+  its pages evicts a file read just before, all of it);
 - its source is not in the page cache (a few ranges probed, :mod:`.cache`):
   the source's pages are dropped behind the copy, the destination's kept.
   Nobody had the source cached, and keeping it fills as much fresh memory
   again; the kernel's copy into those fresh pages is where the default
-  copy's extra CPU went (a cold 4 GiB re-align: 3.0-4.6 s of CPU keeping
-  both, 1.4-2.0 s dropping the source's). The destination is what the next
-  step reads: dropped too, an onnxruntime session made on it right after
-  took 15-17 s instead of 9-11 s.
+  copy's extra CPU went. The destination is what the next step reads:
+  dropped too, an onnxruntime session made on it right after is slower,
+  reading it from the disk.
 
 A warm source (read or written just before) keeps the cache of both: the
 copy never waits for the disk.

@@ -2,9 +2,9 @@
 
 Usage (run by hand, not by CI)::
 
-    .venv/bin/python benchmarks/load_ab.py [--rounds 15]
+    .venv/bin/python benchmarks/proofs/load_ab.py [--rounds 15]
         [--workdir /var/tmp/bench-rows] [--sizes 96MiB,1GiB]
-        [--output benchmarks/results/load_ab.md]
+        [--output benchmarks/proofs/results/load_ab.md]
 
 The suite's load row (``onnxl.load(num_threads=2)`` of its two-file model
 against ``onnx.load``; ``make bench`` builds the sources in the work dir) has
@@ -36,11 +36,10 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-sys.path.insert(0, ROOT)  # the checkout: benchmarks.harness
-from text import measured_commit, ratio_line, write_report  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # the checkout: benchmarks.*
+
+from benchmarks.text import measured_commit, ratio_line, report_path, write_report  # noqa: E402
 
 MiB = 2**20
 LOADS = {"light": "onnxl.load(num_threads=2)", "onnx": "onnx.load"}
@@ -129,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--workdir", default="/var/tmp/bench-rows", help="make bench's sources")
     p.add_argument("--sizes", default="96MiB,1GiB", help="two-file sources of the work dir")
-    p.add_argument("--output", default=os.path.join(HERE, "results", "load_ab.md"))
+    p.add_argument("--output", default=report_path("load_ab.md"))
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
@@ -157,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                 for f in FIGURES:
                     results[size][key][f].append(rec[f])
         print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
-    command = "benchmarks/load_ab.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "benchmarks/proofs/load_ab.py " + " ".join(argv if argv is not None else sys.argv[1:])
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     header = [
         "# The two-file load beside onnx.load",

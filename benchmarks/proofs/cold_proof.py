@@ -1,8 +1,8 @@
-"""What drop_behind's default on a cold source costs the next step (issue 29.2).
+"""What drop_behind's default on a cold source costs the next step.
 
 Usage::
 
-    .venv/bin/python benchmarks/cold_proof.py --workdir /var/tmp/bench-cold2 \\
+    .venv/bin/python benchmarks/proofs/cold_proof.py --workdir /var/tmp/bench-cold2 \\
         --size 4GiB --rounds 3
 
 Each measurement is a pair of fresh processes, the source's two files evicted
@@ -17,7 +17,8 @@ takes next on the output: an onnxruntime ``InferenceSession`` or
 shuffle (``--defaults`` and ``--steps`` pick the cases). ``--warm N``
 instead runs N interleaved rounds of the warm re-align (source read just
 before) with today's default and with the memory rule alone, and prints
-them: the cost of probing the cache. Writes ``results/cold_proof.md``: each figure as min (median, max).
+them: the cost of probing the cache. Writes ``benchmarks/proofs/results/cold_proof.md``
+(``--output``): each figure as min (median, max).
 """
 
 from __future__ import annotations
@@ -31,14 +32,12 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout: benchmarks.harness
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # the checkout: benchmarks.*
 
-import cgroup  # noqa: E402
-from text import spread  # noqa: E402
-
+from benchmarks import cgroup  # noqa: E402
 from benchmarks.harness import evict  # noqa: E402
+from benchmarks.text import report_path, short_commit, spread, write_report  # noqa: E402
 
 GiB = 1024**3
 # the drop_behind of each case, as the align child evaluates it
@@ -101,7 +100,7 @@ import onnx_light.onnx as onnxl
 import onnx_light.onnx._write.shards as shards
 from onnx_light.onnx._system.memory import available_memory
 src, dst, rule = sys.argv[1], sys.argv[2], sys.argv[3]
-if rule == "memory":  # the default before issue 29.2: the memory rule alone
+if rule == "memory":  # the default before the cold-source rule: the memory rule alone
     shards.drop_by_default = lambda n, *a: n > (available_memory() or n)
 t0 = time.perf_counter()
 onnxl.align_external_data_streaming(src, dst, "model.onnx.data", 4096)
@@ -157,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", default="ort,load")
     ap.add_argument("--defaults", default=",".join(DEFAULTS), help="of " + ", ".join(DEFAULTS))
     ap.add_argument("--warm", type=int, default=0, help="instead: N rounds of the warm A/B")
-    ap.add_argument("--output", default=os.path.join(HERE, "results", "cold_proof.md"))
+    ap.add_argument("--output", default=report_path("cold_proof.md"))
     args = ap.parse_args(argv)
     if args.warm:
         src = os.path.join(args.workdir, f"two-{args.size}", "model.onnx")
@@ -188,27 +187,24 @@ def main(argv: list[str] | None = None) -> int:
                 f"(cpu {n['cpu']:.2f})",
                 flush=True,
             )
-    write(args, records, steps, defaults)
+    write_report(args.output, report(args, records, steps, defaults))
     return 0
 
 
-def write(args, records, steps, defaults) -> None:
+def report(args, records, steps, defaults) -> str:
     def s(values):
         return spread(values) + " s"
 
     lines = [
-        "# The cold re-align's default and the step after it (issue 29.2)",
+        "# The cold re-align's default and the step after it",
         "",
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit "
-        + subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
-        ).stdout.strip()
-        + f", {os.cpu_count()} cores; source `two-{args.size}` of `{args.workdir}`; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {short_commit()}"
+        f", {os.cpu_count()} cores; source `two-{args.size}` of `{args.workdir}`; "
         f"{args.rounds} rounds, fresh processes, cases interleaved (seeded shuffle); "
         "before each pair: `sync`, the source's two files evicted from the page cache "
         "(fsync, then posix_fadvise DONTNEED; nothing else on the machine touched).",
         "",
-        "command: `benchmarks/cold_proof.py --workdir "
+        "command: `benchmarks/proofs/cold_proof.py --workdir "
         f"{args.workdir} --size {args.size} --rounds {args.rounds}`",
         "",
         "Figures: min (median, max).",
@@ -230,10 +226,7 @@ def write(args, records, steps, defaults) -> None:
                 f"| {s([n['seconds'] for n in nx])} | {s([n['cpu'] for n in nx])} "
                 f"| {s([a['seconds'] + n['seconds'] for a, n in zip(al, nx, strict=True)])} |"
             )
-    lines.append("")
-    with open(args.output, "w") as f:
-        f.write("\n".join(lines))
-    print("\n".join(lines))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

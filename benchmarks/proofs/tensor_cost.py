@@ -2,8 +2,8 @@
 
 Usage (run by hand, not by CI)::
 
-    .venv/bin/python benchmarks/tensor_cost.py [--tensors 200000] [--rounds 5]
-        [--workdir /var/tmp/tensor-cost] [--output benchmarks/results/tensor_cost.md]
+    .venv/bin/python benchmarks/proofs/tensor_cost.py [--tensors 200000] [--rounds 5]
+        [--workdir /var/tmp/tensor-cost] [--output benchmarks/proofs/results/tensor_cost.md]
 
 On a model of ``--tensors`` float32 tensors of 64 bytes
 (:func:`benchmarks.harness.make_many_tensors_model`), each variant runs in a
@@ -41,10 +41,10 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout: benchmarks.harness
-from text import spread  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # the checkout: benchmarks.*
+
+from benchmarks.text import report_path, short_commit, spread, write_report  # noqa: E402
 
 VARIANTS = ("metadata", "access", "checked", "align")
 STAGES = ("scan", "planner", "layout", "copy", "rest")
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tensors", type=int, default=200_000)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--workdir", default="/var/tmp/tensor-cost")
-    p.add_argument("--output", default=os.path.join(HERE, "results", "tensor_cost.md"))
+    p.add_argument("--output", default=report_path("tensor_cost.md"))
     p.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -205,15 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         for variant in order:
             results[variant].append(_run(variant, model_path, os.path.join(args.workdir, "out")))
         print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
-    command = "benchmarks/tensor_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
-    ).stdout.strip()
+    command = "benchmarks/proofs/tensor_cost.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    commit = short_commit()
     machine = f"{describe_machine()} ({commit or 'unknown commit'}), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     text = _report(results, args.tensors, args.rounds, machine, command.strip())
-    print(text)
-    with open(args.output, "w") as f:
-        f.write(text)
+    write_report(args.output, text)
     return 0
 
 

@@ -3,9 +3,9 @@
 Usage (run by hand as root, not by CI; the cold groups of ``make bench`` build
 the source)::
 
-    .venv/bin/python benchmarks/window_sync.py [--workdir /var/tmp/bench-cold]
+    .venv/bin/python benchmarks/proofs/window_sync.py [--workdir /var/tmp/bench-cold]
         [--size 8GiB] [--rounds 3] [--fraction 0.25]
-        [--output benchmarks/results/window_sync.md]
+        [--output benchmarks/proofs/results/window_sync.md]
 
 The ``cgroup`` row of the cold report re-aligns an 8 GiB model in a memory
 cgroup of a quarter of it. The default copy then drops both files behind it
@@ -43,12 +43,11 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout: benchmarks.harness
-import cgroup  # noqa: E402
-import sources  # noqa: E402
-from text import spread, write_report  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # the checkout: benchmarks.*
+
+from benchmarks import cgroup, sources  # noqa: E402
+from benchmarks.text import report_path, spread, write_report  # noqa: E402
 
 RUNS = ("cp", "default", "source", "keep")
 NAMES = {
@@ -158,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", default="8GiB", help="the two-file source of the work dir")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--fraction", type=float, default=0.25, help="cgroup limit / model size")
-    p.add_argument("--output", default=os.path.join(HERE, "results", "window_sync.md"))
+    p.add_argument("--output", default=report_path("window_sync.md"))
     args = p.parse_args(argv)
     why = cgroup.cgroup_unavailable()
     if why:
@@ -170,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     canary = os.path.join(args.workdir, sources.CANARY)
     if not (os.path.exists(src) and os.path.exists(canary)):
         print(f"no two-{args.size} source or canary in {args.workdir}", file=sys.stderr)
-        print("run: benchmarks/run.py --only cgroup --workdir ... first", file=sys.stderr)
+        print("run: benchmarks/run.py --only cgroup --cgroup --workdir ... first", file=sys.stderr)
         return 2
     limit = max(int(args.fraction * sources.nbytes(args.size)), 512 * sources.MiB)  # as run.py
     keys = ("seconds", "to_disk", "sync_s", "sync_n", "canary", "cg_peak")
@@ -190,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(out)
-    command = "benchmarks/window_sync.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "benchmarks/proofs/window_sync.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     header = [
         "# The re-align in a memory cgroup: where its time goes",

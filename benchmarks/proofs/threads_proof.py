@@ -2,7 +2,7 @@
 
 Usage (run by hand, not by CI)::
 
-    .venv/bin/python benchmarks/threads_proof.py [--workdir /var/tmp/threads] [--rounds 7]
+    .venv/bin/python benchmarks/proofs/threads_proof.py [--workdir /var/tmp/threads] [--rounds 7]
 
 Every call runs in a process of its own, in interleaved rounds
 (:func:`benchmarks.harness.measure_rounds`, the method of ``make bench``):
@@ -18,8 +18,8 @@ Every call runs in a process of its own, in interleaved rounds
 
 It prints a Markdown table (median and min-max of the rounds, the ratio of
 medians against one thread) and, for each case, whether the ranking holds
-beyond the rounds' spread (:func:`benchmarks.harness.compare`); ``--output``
-also writes it to a file.
+beyond the rounds' spread (:func:`benchmarks.harness.compare`), and writes it to
+``benchmarks/proofs/results/threads_proof.md`` (``--output``).
 """
 
 from __future__ import annotations
@@ -27,15 +27,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 
 import onnx
 
 import onnx_light.onnx as onnxl
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout: benchmarks.harness
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # the checkout: benchmarks.*
 
 from benchmarks.harness import (  # noqa: E402
     compare,
@@ -46,6 +45,7 @@ from benchmarks.harness import (  # noqa: E402
     measure_rounds,
     weights_nbytes,
 )
+from benchmarks.text import report_path, short_commit, write_report  # noqa: E402
 
 MiB = 2**20
 THREADS = (1, 2, 4)
@@ -104,20 +104,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", default="/var/tmp/threads")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--output", help="also write the Markdown table here")
+    parser.add_argument("--output", default=report_path("threads_proof.md"), help="the report")
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     models = _layouts(args.workdir)
     load_before = os.getloadavg()[0]
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
-    ).stdout.strip()
+    commit = short_commit()
     lines = [
         "# num_threads: load and save with 1, 2 and 4 threads",
         "",
         f"machine: {describe_machine()} ({commit or 'unknown commit'})",
         "",
-        f"command: `benchmarks/threads_proof.py --workdir {args.workdir} --rounds {args.rounds}`",
+        f"command: `benchmarks/proofs/threads_proof.py --workdir {args.workdir} --rounds {args.rounds}`",
         "",
         f"{args.rounds} rounds, each call in a process of its own, interleaved; "
         "vs 1 thread: the median (min-max) over rounds of the time over one thread's "
@@ -183,11 +181,7 @@ def main() -> None:
         f"Load average (1 min) before / after: {load_before:.2f} / {os.getloadavg()[0]:.2f} "
         f"(of {os.cpu_count()} CPUs).",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+    write_report(args.output, "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ dependencies of onnx-light, and ``make`` does not run this script)::
     /tmp/ortv/bin/pip install onnxruntime==1.32.0 onnx==1.23.2 onnx-ir==1.1.0 \\
         transformers optimum optimum-onnx onnxscript
     /tmp/ortv/bin/pip install -e .
-    /tmp/ortv/bin/python benchmarks/ort_alignment.py --workdir /var/tmp/ortalign --rounds 5
+    /tmp/ortv/bin/python benchmarks/proofs/ort_alignment.py --workdir /var/tmp/ortalign --rounds 5
 
 On this project's machines pip takes torch 2.13.0 from a CPU wheel kept on
 disk; elsewhere, ask PyTorch's CPU wheel index for it (the plain wheel is a
@@ -70,14 +70,13 @@ CUDA build of several GB). It needs about 12 GiB of disk in ``--workdir``
 (kept: a second run reuses the exports and layouts) and 8 GiB of RAM, and
 takes about 10 minutes on 2 cores (1 to export, 1 to write the layouts, the
 rest measuring 5 rounds of 26 cases). Results go to
-``benchmarks/results/ort_alignment.md`` and ``.csv`` (``--output`` changes
+``benchmarks/proofs/results/ort_alignment.md`` and ``.csv`` (``--output`` changes
 the name). ``--models gpt2,llama`` keeps a subset.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import json
 import mmap
@@ -91,8 +90,11 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # the checkout: benchmarks.harness
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the checkout: benchmarks.*
+
+from benchmarks.text import measured_commit, report_path, write_report  # noqa: E402
+
 MiB = 2**20
 GiB = 2**30
 ALIGNMENT = 4096
@@ -476,23 +478,6 @@ def _versions() -> str:
     return ", ".join(out)
 
 
-def _commit() -> str:
-    """The onnx-light commit measured (with ``+dirty`` when its files differ from it)."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "onnx_light"],
-            cwd=HERE.parent,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-    return (head or "unknown") + ("+dirty" if dirty else "")
-
-
 def _mib(values: list[float]) -> str:
     vals = [v / MiB for v in values]
     return f"{statistics.median(vals):.1f} ({min(vals):.1f}-{max(vals):.1f})"
@@ -508,25 +493,17 @@ def _fmt_size(n: int) -> str:
     return f"{n / MiB:.0f} MiB" if n >= MiB else f"{n / 1024:.0f} KiB"
 
 
-def write_report(
+def report(
     rows: list[dict],
     info: dict,
     checks: dict,
     outputs_equal: dict,
     rounds: int,
-    md_path: Path,
-    csv_path: Path,
     seconds: float,
     loads: tuple[float, float],
-) -> None:
+) -> str:
+    """The Markdown report (every round's row goes to the CSV beside it)."""
     from benchmarks.harness import compare, describe_machine
-
-    md_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(csv_path, "w", newline="") as f:
-        fields = list(rows[0])
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
 
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -541,10 +518,10 @@ def write_report(
         "",
         f"machine: {describe_machine()}",
         "",
-        f"versions: {_versions()}; onnx-light commit {_commit()}; kernel "
+        f"versions: {_versions()}; onnx-light commit {measured_commit()}; kernel "
         f"{platform.release()}; {now}",
         "",
-        f"command: `benchmarks/ort_alignment.py --rounds {rounds}` ({seconds / 60:.0f} min, "
+        f"command: `benchmarks/proofs/ort_alignment.py --rounds {rounds}` ({seconds / 60:.0f} min, "
         "exports included when they were made)",
         "",
         "| model | weights | layout | prepacking | session peak RSS growth, MiB | "
@@ -644,8 +621,7 @@ def write_report(
                     )
                     lines.append(f"* {c.own_sentence()}")  # this report is the measurement
         lines.append("")
-    lines.append("")
-    md_path.write_text("\n".join(lines))
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- main
@@ -743,19 +719,18 @@ def main(argv: list[str] | None = None) -> int:
             "equal" if set(verdicts) == {"equal"} else "; ".join(sorted(set(verdicts)))
         )
 
-    results = HERE / "results"
-    write_report(
+    text = report(
         rows,
         info,
         checks,
         outputs_equal,
         args.rounds,
-        results / f"{args.output}.md",
-        results / f"{args.output}.csv",
         time.perf_counter() - t0,
         (load_before, os.getloadavg()[0]),
     )
-    print(f"wrote {results / args.output}.md and .csv")
+    path = report_path(f"{args.output}.md")
+    write_report(path, text, rows)
+    print(f"wrote {path} and its .csv")
     return 0
 
 

@@ -1,8 +1,8 @@
-"""The peers at their settings: which ones the suite's peer rows call them with (issue 29).
+"""The peers at their settings: which ones the suite's peer rows call them with.
 
 Usage (run by hand, not by CI)::
 
-    .venv/bin/python benchmarks/peer_settings.py [--workdir /var/tmp/bench-peers]
+    .venv/bin/python benchmarks/proofs/peer_settings.py [--workdir /var/tmp/bench-peers]
         [--rounds 3] [--sizes 96MiB,1GiB] [--large] [--output FILE]
 
 For each row of ``benchmarks/suite.py`` whose reference is onnx-ir (``ir_*``:
@@ -49,12 +49,12 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout: benchmarks.harness
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # the checkout: benchmarks.*
 
-import sources  # noqa: E402
-from sources import ALIGNMENT, DATA, MODEL, Paths  # noqa: E402
+from benchmarks import sources  # noqa: E402
+from benchmarks.sources import ALIGNMENT, DATA, MODEL, Paths  # noqa: E402
+from benchmarks.text import report_path, short_commit, write_report  # noqa: E402
 
 MiB = 1024 * 1024
 DEFAULT = "default"
@@ -268,10 +268,8 @@ def _fmt(values: list[float]) -> str:
 def report(records: dict, rows, args, load: tuple[float, float], minutes: float) -> str:
     from benchmarks.harness import compare, describe_machine
 
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
-    ).stdout.strip()
-    command = f"benchmarks/peer_settings.py --workdir {args.workdir} --rounds {args.rounds}"
+    commit = short_commit()
+    command = f"benchmarks/proofs/peer_settings.py --workdir {args.workdir} --rounds {args.rounds}"
     if args.sizes:
         command += f" --sizes {args.sizes}"
     if args.large:
@@ -381,10 +379,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--large", action="store_true", help="also the 4 GiB re-align (minutes)")
     ap.add_argument("--ops", help="comma-separated operations to keep (e.g. ir_align,ir_save)")
     ap.add_argument("--smoke", action="store_true", help="every row at 2MiB, nothing written")
-    ap.add_argument("--output", help="the report (default: benchmarks/results/peer_settings.md)")
+    ap.add_argument(
+        "--output", help="the report (default: benchmarks/proofs/results/peer_settings.md)"
+    )
     args = ap.parse_args(argv)
     if args.output is None and not args.smoke:
-        args.output = os.path.join(HERE, "results", "peer_settings.md")
+        args.output = report_path("peer_settings.md")
     keep = set(args.sizes.split(",")) if args.sizes else None
     ops = set(args.ops.split(",")) if args.ops else None
     todo = [
@@ -407,10 +407,10 @@ def main(argv: list[str]) -> int:
     records = measure(args.workdir, rows, args.rounds)
     minutes = (time.perf_counter() - t0) / 60
     text = report(records, rows, args, (load0, os.getloadavg()[0]), minutes)
-    print(text)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_report(args.output, text)
+    else:
+        print(text)
     return 0
 
 

@@ -2,8 +2,8 @@
 
 Usage::
 
-    .venv/bin/python benchmarks/edit_proof.py [--gib 2.25] [--workdir DIR] [--rounds 1]
-        [--tools infer_shapes,...] [--output benchmarks/results/edit_proof.md]
+    .venv/bin/python benchmarks/proofs/edit_proof.py [--gib 2.25] [--workdir DIR] [--rounds 1]
+        [--tools infer_shapes,...] [--output benchmarks/proofs/results/edit_proof.md]
 
 Builds a chain of Gemm nodes (``make_gemm_model``'s graph, 4096 x 4096
 float32 weights of random values) whose weights file holds more than
@@ -27,7 +27,7 @@ mapped). The page cache is warm (the source was just written). With
 is the largest of the rounds, time ``min (median, max)``.
 
 Prints one line per measurement, then writes the report,
-``benchmarks/results/edit_proof.md`` (``--output``): the machine, the commit,
+``benchmarks/proofs/results/edit_proof.md`` (``--output``): the machine, the commit,
 the command and the table (the edit how-to includes it). About 3 minutes a
 round at the default size, 5 GiB of disk, 12 GiB of RAM. Below 2 GiB of
 weights (``--gib 0.25``: a quick run, well under a minute) nothing reaches
@@ -51,16 +51,18 @@ import time
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
-from text import spread
 
 DIM = 4096
 TOOLS = ("infer_shapes", "check_model", "convert_version", "extractor", "merge_models")
 TOOLS += ("rename", "metadata")
 WAYS = ("onnx", "share", "compact")
 GIB = 2**30
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))  # the checkout: benchmarks.harness
-OUTPUT = os.path.join(HERE, "results", "edit_proof.md")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # the checkout: benchmarks.*
+
+from benchmarks.text import measured_commit, report_path, spread, write_report  # noqa: E402
+
+OUTPUT = report_path("edit_proof.md")
 # the tools as the table names them
 SHOWN = {"extractor": "`Extractor` (half)", "merge_models": "`merge_models` (a head)"}
 SHOWN |= {"rename": "rename", "metadata": "metadata"}
@@ -290,20 +292,6 @@ def _row_cell(recs: list[dict]) -> str:
     return cell
 
 
-def _commit() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
-    )
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "onnx_light"],
-        capture_output=True,
-        text=True,
-        cwd=HERE,
-    )
-    commit = out.stdout.strip() or "unknown commit"
-    return commit + (", onnx_light modified" if dirty.stdout.strip() else "")
-
-
 def report(results: dict, tools: list[str], source: str, command: str, rounds: int,
            size: int, load: tuple[float, float]) -> str:  # fmt: skip
     """The Markdown report: machine, commit, command, what was measured, the table."""
@@ -313,7 +301,7 @@ def report(results: dict, tools: list[str], source: str, command: str, rounds: i
     lines = [
         "# Editing a model of more than 2 GiB with onnx's tools, with and without its weights",
         "",
-        f"machine: {describe_machine()} ({_commit()}), {now}",
+        f"machine: {describe_machine()} ({measured_commit()}), {now}",
         "",
         f"command: `{command}`",
         "",
@@ -378,7 +366,7 @@ def main(argv: list[str]) -> int:
     if args.worker:
         print(json.dumps(worker(*args.worker)), flush=True)
         return 0
-    command = " ".join(["benchmarks/edit_proof.py", *argv])
+    command = " ".join(["benchmarks/proofs/edit_proof.py", *argv])
     tools = args.tools.split(",")
     load_before = os.getloadavg()[0]
     n = math.ceil(args.gib * GIB / ((DIM * DIM + DIM) * 4))
@@ -409,11 +397,11 @@ def main(argv: list[str]) -> int:
     load = (load_before, os.getloadavg()[0])
     text = report(results, tools, source, command, args.rounds, size, load)
     print()
-    print(text)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_report(args.output, text)
         print(f"written: {args.output}")
+    else:
+        print(text)
     return 0
 
 

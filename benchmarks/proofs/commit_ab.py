@@ -2,9 +2,9 @@
 
 Usage (run by hand, not by CI)::
 
-    .venv/bin/python benchmarks/commit_ab.py [--base a264905] [--rounds 21]
+    .venv/bin/python benchmarks/proofs/commit_ab.py [--base a264905] [--rounds 21]
         [--workdir /var/tmp/bench-rows] [--sizes tiny,96MiB]
-        [--output benchmarks/results/commit_ab.md]
+        [--output benchmarks/proofs/results/commit_ab.md]
 
 ``align_external_data_streaming`` of the suite's two-file sources (``make
 bench`` builds them in the work dir) is measured with this tree's code and with
@@ -36,11 +36,17 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-sys.path.insert(0, ROOT)  # the checkout: benchmarks.harness
-from text import measured_commit, ratio_line, short_commit, spread, write_report  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # the checkout: benchmarks.*
+
+from benchmarks.text import (  # noqa: E402
+    measured_commit,
+    ratio_line,
+    report_path,
+    short_commit,
+    spread,
+    write_report,
+)
 
 COPY = "copyfile"
 _CHILD = """
@@ -122,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=21)
     p.add_argument("--workdir", default="/var/tmp/bench-rows", help="make bench's sources")
     p.add_argument("--sizes", default="tiny,96MiB", help="two-file sources of the work dir")
-    p.add_argument("--output", default=os.path.join(HERE, "results", "commit_ab.md"))
+    p.add_argument("--output", default=report_path("commit_ab.md"))
     args = p.parse_args(argv)
     from benchmarks.harness import describe_machine
 
@@ -157,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(base_tree, ignore_errors=True)
-    command = "benchmarks/commit_ab.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "benchmarks/proofs/commit_ab.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     header = [
         "# The re-align at two commits, side by side",
