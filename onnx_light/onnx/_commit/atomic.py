@@ -101,12 +101,17 @@ def _kept_mode(final_path: str) -> int | None:
         return None
 
 
-def _fchmod(fd: int, mode: int) -> None:
-    """Give the file ``mode``, where the filesystem stores modes (not FAT, exFAT...)."""
-    if _FCHMOD is None:
-        return
+def _fchmod(fd: int, path: str, mode: int) -> None:
+    """Give the file ``mode``, where the filesystem stores modes (not FAT, exFAT...).
+
+    Through its name where the system has no ``fchmod`` (Windows before Python
+    3.13, where only the read-only attribute follows the mode).
+    """
     try:
-        _FCHMOD(fd, mode)
+        if _FCHMOD is None:
+            os.chmod(path, mode)
+        else:
+            _FCHMOD(fd, mode)
     except OSError as e:
         if e.errno not in _NO_MODES:
             raise
@@ -218,7 +223,7 @@ class AtomicFiles:
             self._pending.append(_Pending(fd, tmp, final_path, (st.st_dev, st.st_ino)))
             self._writing = final_path
         if mode is not None:
-            _fchmod(fd, mode)
+            _fchmod(fd, tmp, mode)
         return fd
 
     def _same_file(self, final_path: str, tmp: str) -> Exception:
@@ -407,8 +412,10 @@ class _Swap:
         with contextlib.suppress(OSError):
             if self.state == "done" and self.old is None:
                 os.unlink(self.final)
-            elif self.state in ("done", "aside") and self.old is not None:
+            elif self.state == "done" and self.old is not None:
                 os.replace(self.old, self.final)
+            elif self.state == "aside":  # the final name is free: never written over
+                os.rename(self.old, self.final)
             elif self.old is not None:  # a second link, never used
                 os.unlink(self.old)
         if self.old != self.tmp:
