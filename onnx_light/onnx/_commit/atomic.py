@@ -490,9 +490,8 @@ def full_sync(fd: int) -> None:
         return
     except (ImportError, AttributeError):  # not macOS
         pass
-    except OSError as e:
-        if e.errno not in _NO_SYNC:
-            raise
+    except OSError:  # a filesystem without it (FAT, network, a folder...): as SQLite does,
+        pass  # fsync, whose own failure is the one that counts
     os.fsync(fd)
 
 
