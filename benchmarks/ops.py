@@ -455,7 +455,7 @@ def ort_single(p: Paths, out: str) -> Case:
 DEDUP_WEIGHTS = "weights.data"
 
 
-# -- issue 20: cold, larger than memory, durable ---------------------------------
+# -- cold, larger than memory, durable ---------------------------------
 
 
 def cp(p: Paths, out: str) -> Case:

@@ -1,4 +1,4 @@
-"""The settings the suite's peer rows call onnx-ir's and onnx's save with (issue 29).
+"""The settings the suite's peer rows call onnx-ir's and onnx's save with.
 
 Chosen from ``benchmarks/proofs/peer_settings.py`` (report:
 ``benchmarks/proofs/results/peer_settings.md``: 3 interleaved rounds in fresh processes

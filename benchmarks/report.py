@@ -135,6 +135,24 @@ def _per_tensor(r: dict) -> str:
     return text
 
 
+def passes(kind: str | None, target: float | None, value: float, ref: float, ratio: float,
+           onnx_size: float | None) -> bool | None:  # fmt: skip
+    """Whether a result meets its row's target (None: the row has none).
+
+    ``ratio``: the median per-round ratio; ``value`` and ``ref``: the medians;
+    ``onnx_size``: the size of the ``.onnx`` files the operation read (``kind="onnx"``).
+    """
+    if kind == "ratio":
+        return ratio <= target
+    if kind == "abs":
+        return value <= target
+    if kind == "le":
+        return value <= ref + target
+    if kind == "onnx":
+        return onnx_size is not None and value <= target * onnx_size
+    return None
+
+
 def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
     """One result per (row, size label) whose operations were measured.
 
@@ -189,16 +207,8 @@ def evaluate(rows: list[Row], plan, records: dict) -> list[dict]:
                 value = statistics.median(a for a, _ in pairs)
                 ref = statistics.median(b for _, b in pairs)
                 ratio = statistics.median(_ratio(a, b) for a, b in pairs)
-                passed = None
-                if row.kind == "ratio":
-                    passed = ratio <= row.target
-                elif row.kind == "abs":
-                    passed = value <= row.target
-                elif row.kind == "le":
-                    passed = value <= ref + row.target
-                elif row.kind == "onnx":
-                    onnx_size = _median_of(mine, "onnx_bytes")
-                    passed = onnx_size is not None and value <= row.target * onnx_size
+                onnx_size = _median_of(mine, "onnx_bytes")
+                passed = passes(row.kind, row.target, value, ref, ratio, onnx_size)
                 verdict = "info" if passed is None else ("PASS" if passed else "FAIL")
             mine_failed, ref_failed = _failure(mine), _failure(theirs_rounds[0])
             out.append(
@@ -717,11 +727,68 @@ def with_summary(text: str, section: str) -> str:
     return text[:at] + section + "\n" + text[at:]
 
 
+def _table_line(r: dict) -> str:
+    """A result's line in the report's tables, as :func:`markdown` writes it."""
+    cells = [str(r[c]) for c in COLUMNS]
+    if r["result"] in ("FAIL", "ERROR"):
+        cells[-1] = f"**{cells[-1]}**"
+    return "| " + " | ".join(cells) + " |"
+
+
+def retarget(results: list[dict]) -> list[dict]:
+    """The results of a committed report under the suite's targets of today.
+
+    A result whose row (operation, reference, figure, size) now has another
+    target, or none, gets it: its ``kind``, ``target``, ``target_raw``,
+    ``result`` and ``passed`` come from :data:`suite.ROWS` and its measured
+    medians, which stay as they were. A result whose row the suite no longer
+    has is kept as it is.
+
+    Returns:
+        The results that changed, as dicts with the new values and ``old``,
+        the result as it was.
+    """
+    changed = []
+    for r in results:
+        row = next(
+            (
+                x
+                for x in ROWS
+                if (x.op, "+".join(x.refs), x.figure) == (r["op"], r["ref_op"], r["fig"])
+                and (x.sizes is None or r["size"] in x.sizes)
+            ),
+            None,
+        )
+        if row is None:
+            continue
+        kind, target = row.kind or "", row.target_text()
+        if (r.get("kind") or "", r["target"]) == (kind, target):
+            continue
+        old = dict(r)
+        if math.isnan(r["value_raw"]):
+            passed = None if row.kind is None else False
+            verdict = (
+                "info"
+                if row.kind is None
+                else (r["result"] if r["result"] in ("FAIL", "ERROR") else "ERROR")
+            )
+        else:
+            passed = passes(row.kind, row.target, r["value_raw"], r["ref_raw"], r["ratio_raw"],
+                            r.get("onnx_bytes"))  # fmt: skip
+            verdict = "info" if passed is None else ("PASS" if passed else "FAIL")
+        r.update(kind=kind, target=target, target_raw=row.target, result=verdict, passed=passed)
+        changed.append({**r, "old": old})
+    return changed
+
+
 def redraw(base: str) -> list[str]:
     """Draw again the figures and the summary of a committed report from its CSV.
 
-    Nothing is measured: ``base.csv`` gives the results, ``base.md`` keeps its
-    tables, its header and footer, and gets the new summary.
+    Nothing is measured: ``base.csv`` gives the results, under the suite's
+    targets of today (:func:`retarget`); ``base.md`` keeps its header, footer
+    and tables, the lines of the results whose target changed rewritten, and
+    gets the new summary and a line saying which targets it shows. The CSV's
+    target and result columns follow.
 
     Args:
         base: the report's path without extension (``benchmarks/results/latest``).
@@ -730,14 +797,57 @@ def redraw(base: str) -> list[str]:
         The figures written.
     """
     results = results_from_csv(base + ".csv")
+    changed = retarget(results)
     with open(base + ".md", encoding="utf-8") as f:
         text = f.read()
     title = next((line.strip() for line in text.splitlines() if line.startswith("machine:")), base)
+    if changed:
+        for r in changed:
+            text = text.replace(_table_line(r["old"]), _table_line(r))
+        today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+        note = (
+            f"targets: the suite's of {today}, applied again to the measured values "
+            "(`benchmarks/report.py`); the values are the run's."
+        )
+        old_note = re.search(r"^targets: .*$", text, re.M)
+        if old_note:
+            text = text[: old_note.start()] + note + text[old_note.end() :]
+        else:
+            command = re.search(r"^command: .*$", text, re.M)
+            at = command.end() if command else text.find("\n") + 1
+            text = text[:at] + "\n\n" + note + text[at:]
+        _retarget_csv(base + ".csv", {_key(r) for r in changed}, results)
     written = plot(results, base + ".png", title)
     text = with_summary(text, summary(results, os.path.basename(base)))
     with open(base + ".md", "w", encoding="utf-8") as f:
         f.write(text)
     return written
+
+
+def _key(r: dict) -> tuple:
+    return (r["op"], r["ref_op"], r["fig"], r["size"], r.get("fs") or "")
+
+
+def _retarget_csv(path: str, keys: set, results: list[dict]) -> None:
+    """The CSV's target columns of the results whose target changed; every other
+    cell as it was written."""
+    new = {_key(r): r for r in results if _key(r) in keys}
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        fields, rows = reader.fieldnames, list(reader)
+    for row in rows:
+        r = new.get(_key(row))
+        if r is not None:
+            row.update(
+                kind=r["kind"] or "",
+                target=r["target"],
+                target_raw="" if r["target_raw"] is None else f"{r['target_raw']}",
+                result=r["result"],
+            )
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fields)
+        w.writeheader()
+        w.writerows(rows)
 
 
 if __name__ == "__main__":  # report.py results/latest [results/cold ...]: redraw from the CSVs

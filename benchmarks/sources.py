@@ -37,7 +37,7 @@ SIZES = {
     "1GiB": (64, 2048),
     "2GiB": (128, 2048),
     "4GiB": (256, 2048),  # --large
-    "8GiB": (512, 2048),  # the cgroup group (issue 20): written tensor by tensor
+    "8GiB": (512, 2048),  # the cgroup group: written tensor by tensor
 }
 STREAM_ABOVE = 4 * 1024**3  # two-file sources larger than this are written tensor by tensor
 CANARY = "canary.bin"  # the cold groups' canary: read before a copy, its residency after
@@ -49,7 +49,7 @@ MANY_TENSORS = {"tiny": 2_000, "2MiB": 8_000}
 MANY_DEFAULT = 200_000
 LEAD_TABLE = 8000  # bytes of the int64 table before the weights of the two-file sources
 SINGLE_KINDS = ("single", "aligned", "forest", "many", "quarter")
-# the dedup sources (issue 19): pairs of models, written at the "pair" sizes
+# the dedup sources: pairs of models, written at the "pair" sizes
 PAIR_KINDS = ("pair", "twins", "twinsq")
 KINDS = ("two", *SINGLE_KINDS, *PAIR_KINDS)
 MANY_KINDS = ("many", "quarter", "twins", "twinsq")  # the per-tensor cost's sources

@@ -17,7 +17,7 @@ bytes; null without ``--timeline``), ``samples``, ``bytes`` (sizes of the
 files written, or what the operation says it handled: ``Case.nbytes``),
 ``tensors`` and ``onnx_bytes`` (how many tensors the operation handles and the
 size of the ``.onnx`` files it reads: null but on the many-tensor sources).
-With ``--flush`` (issue 20), the outputs are then written to the disk
+With ``--flush``, the outputs are then written to the disk
 (``fsync`` each): ``to_disk`` is ``seconds`` plus that time. With ``--canary
 PATH``, ``canary`` is how many bytes of ``PATH`` left the page cache during
 the operation (``fincore`` before and after), ``canary_left`` what stayed.

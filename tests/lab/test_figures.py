@@ -247,3 +247,39 @@ def test_redraw_is_idempotent(tmp_path):
     assert (tmp_path / "dedup.md").read_text() == once
     assert once.count("## Summary") == 1
     assert os.path.exists(base + "-dedup.png")
+
+
+@pytest.mark.parametrize("name", ["latest", "cold", "dedup"])
+def test_committed_reports_show_the_suites_targets(name):
+    """A target changed in the suite is shown on the committed reports too (their values
+    stay the run's): ``python benchmarks/report.py benchmarks/results/NAME`` applies it."""
+    changed = report.retarget(_committed(name))
+    assert not changed, [(r["op"], r["ref_op"], r["fig"], r["size"]) for r in changed][:5]
+
+
+def test_redraw_applies_a_changed_target_to_the_tables_and_the_csv(tmp_path, monkeypatch):
+    """The cost of a tensor given a target again, then none: the report's line and CSV
+    row follow each time, and the measured values never change."""
+    for ext in ("md", "csv"):
+        (tmp_path / f"latest.{ext}").write_bytes((RESULTS / f"latest.{ext}").read_bytes())
+    base = str(tmp_path / "latest")
+    key = ("align_many", "floor_meta_many", "seconds")
+    judged = [
+        report.Row("many", key[0], key[2], key[1], "ratio", 8.0)
+        if (r.op, r.ref, r.figure) == key
+        else r
+        for r in report.ROWS
+    ]
+    monkeypatch.setattr(report, "ROWS", judged)
+    report.redraw(base)
+    (row,) = [
+        r for r in report.results_from_csv(base + ".csv") if (r["op"], r["ref_op"], r["fig"]) == key
+    ]
+    assert (row["target"], row["result"]) == ("<= 8x", "FAIL")
+    text = (tmp_path / "latest.md").read_text(encoding="utf-8")
+    assert f"| {row['ratio']} | <= 8x | **FAIL** |" in text
+    assert re.search(r"^targets: the suite's of \d{4}-\d\d-\d\d, applied again", text, re.M)
+    monkeypatch.undo()
+    report.redraw(base)
+    assert (tmp_path / "latest.csv").read_bytes() == (RESULTS / "latest.csv").read_bytes()
+    assert f"| {row['ratio']} |  | info |" in (tmp_path / "latest.md").read_text(encoding="utf-8")
