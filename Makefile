@@ -27,6 +27,10 @@ doc: $(STAMP)
 	$(PY) -m sphinx -W -n --keep-going -b html -d _doc/_build/doctrees _doc _doc/_build/html
 	$(PY) _doc/check_links.py _doc/_build/html
 
+# make bench and make bench-smoke write nothing under /sys, /proc/sys or /run. The cgroup
+# rows are opt-in: BENCH_ARGS="--only cgroup --cgroup" (or benchmarks/run.py --cgroup)
+# creates a memory cgroup of its own under /sys/fs/cgroup, root needed, removed after each
+# measurement.
 bench: $(STAMP)
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
 

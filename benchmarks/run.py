@@ -9,7 +9,10 @@ numbers (no kernel setting, no memory touched first, no global cache drop):
 a cold operation finds only the files the suite made evicted from the page
 cache (:func:`benchmarks.harness.evict`). The re-align rows run again on XFS and btrfs
 images, loop-mounted (as root, with mkfs.xfs / mkfs.btrfs; skipped with the
-reason otherwise), with their sources copied there.
+reason otherwise), with their sources copied there. The cgroup rows run only
+with ``--cgroup``: each of their measurements creates a memory cgroup of its own
+under ``/sys/fs/cgroup`` (root needed) and removes it after; without it, nothing
+is written under ``/sys``, ``/proc/sys`` or ``/run``.
 Prints the results table and writes ``benchmarks/results/<name>.md``,
 ``.csv`` and ``.png`` (``latest`` by default, ``smoke`` with ``--smoke``,
 ``partial`` when ``--only`` or ``--sizes`` filters the suite).
@@ -41,7 +44,17 @@ import cgroup  # noqa: E402
 import kernel_profile as kprofile  # noqa: E402
 import report  # noqa: E402
 import sources  # noqa: E402
-from suite import FLUSHED, GROUPS, OPT_IN, ROWS, TIMELINE, condition, fs_plan, plan  # noqa: E402
+from suite import (  # noqa: E402
+    CGROUP_GROUPS,
+    FLUSHED,
+    GROUPS,
+    OPT_IN,
+    ROWS,
+    TIMELINE,
+    condition,
+    fs_plan,
+    plan,
+)
 
 from benchmarks.harness import OthersCpu, evict, warm  # noqa: E402
 from benchmarks.harness.filesystems import loop_mount, unavailable  # noqa: E402
@@ -59,6 +72,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--smoke", action="store_true", help="tiny sizes, 1 round: the suite runs")
     p.add_argument("--only", help=f"comma-separated groups among {','.join(GROUPS)}")
+    p.add_argument(
+        "--cgroup",
+        action="store_true",
+        help="also run the cgroup rows: each creates a memory cgroup of its own under "
+        "/sys/fs/cgroup, root needed (removed after it); without it nothing is written "
+        "under /sys",
+    )
     p.add_argument("--sizes", help="comma-separated size names to keep (e.g. 1GiB)")
     p.add_argument("--output", help="results name under benchmarks/results/")
     p.add_argument(
@@ -85,10 +105,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.only:
         groups = args.only.split(",")
     else:  # the opt-in groups take minutes each: only when named (or small, in --smoke)
-        groups = [g for g in GROUPS if args.smoke or g not in OPT_IN]
+        groups = [g for g in GROUPS if (args.smoke or g not in OPT_IN) and g not in CGROUP_GROUPS]
     unknown = [g for g in groups if g not in GROUPS]
     if unknown:
         p.error(f"unknown group(s) {unknown}; known: {list(GROUPS)}")
+    if args.cgroup:
+        groups += [g for g in CGROUP_GROUPS if g not in groups]
+    asked = [g for g in groups if g in CGROUP_GROUPS]
+    if asked and not args.cgroup:
+        p.error(
+            f"{','.join(asked)}: these rows create a memory cgroup of their own under "
+            "/sys/fs/cgroup (root needed): add --cgroup"
+        )
     args.groups = groups
     for opt in ("cold_size", "cgroup_size", "durable_size"):
         if getattr(args, opt) not in sources.SIZES:
@@ -239,6 +267,8 @@ def measure_cold(args, op: str, workdir: str, size: str) -> dict | None:
     page cache, nothing else; then, in a new memory cgroup for ``cg_`` operations,
     the canary read (in the cgroup: its pages are charged there) and the worker run,
     its outputs flushed after the measure (the "time to disk")."""
+    if condition(op) == "cgroup" and not args.cgroup:  # nothing under /sys without it
+        raise RuntimeError(f"{op} runs in a memory cgroup of its own: only with --cgroup")
     os.sync()  # no write-back of earlier outputs during this one
     evict(_made_files(workdir, size))
     limit = cgroup_limit(args, size)

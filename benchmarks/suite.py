@@ -110,6 +110,10 @@ GROUPS = {
 }
 # groups left out of a run without --only (each takes minutes); --smoke runs them small
 OPT_IN = ("cold", "cgroup", "readahead")
+# groups that run only with benchmarks/run.py --cgroup, --smoke or not: each measurement
+# makes a memory cgroup of its own under /sys/fs/cgroup (root needed) and removes it
+# after; make bench and make bench-smoke write nothing under /sys
+CGROUP_GROUPS = ("cgroup",)
 
 
 def condition(op: str) -> str | None:

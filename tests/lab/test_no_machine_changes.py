@@ -18,10 +18,17 @@ process's ``-c`` script) is read too. Reading those folders is fine (the
 engine reads its cgroup's limit, the kernel profile reads
 ``perf_event_paranoid``), and so is a docstring that names them.
 
-One exception, named below: the memory cgroup the benchmarks' cold rows run in
-is a folder of their own under ``/sys/fs/cgroup``, made for one run, limited,
-and removed after (``benchmarks/cgroup.py``); it limits only the processes put
-in it, and no setting of the machine's cgroups is written.
+One exception, named below (``ALLOWED``, ``MAKES_A_CGROUP``): a memory cgroup
+folder of its own under ``/sys/fs/cgroup``, made for one measurement, limited, and
+removed after (``benchmarks/cgroup.py``'s ``MemoryCgroup``); it limits only the
+processes put in it, and no setting of the machine's cgroups is written. Only
+code reached by ``benchmarks/run.py --cgroup`` makes one (the ``cgroup`` rows,
+as root), and the proof that measures in such a cgroup
+(``benchmarks/proofs/window_sync.py``, run by hand as root). Everything
+``make bench`` and ``make bench-smoke`` run by default writes nothing under
+``/sys``, ``/proc/sys`` or ``/run``: without ``--cgroup`` the suite selects no
+cgroup row, refuses one named with ``--only``, and its cold measurement refuses
+to make a cgroup.
 """
 
 from __future__ import annotations
@@ -94,11 +101,21 @@ COMMANDS = {
 }
 
 # (file, function, call): the benchmarks' own memory cgroup, made, written and removed
+# (only by the callers of MAKES_A_CGROUP below)
 ALLOWED = {
     ("benchmarks/cgroup.py", "MemoryCgroup.__enter__", "os.mkdir"),
     ("benchmarks/cgroup.py", "MemoryCgroup.__enter__", "os.rmdir"),
     ("benchmarks/cgroup.py", "MemoryCgroup._write", "open"),
     ("benchmarks/cgroup.py", "MemoryCgroup.__exit__", "os.rmdir"),
+}
+
+
+# (file, function): the only code that makes such a cgroup (MemoryCgroup(...)): the cold
+# measurement of benchmarks/run.py, for the cgroup rows only, with --cgroup; the proof that
+# measures in a cgroup, run by hand as root
+MAKES_A_CGROUP = {
+    ("benchmarks/run.py", "measure_cold"),
+    ("benchmarks/proofs/window_sync.py", "_measure"),
 }
 
 
@@ -384,6 +401,81 @@ def test_nothing_writes_the_machines_settings():
     assert not unexpected, "writes to /sys, /proc/sys, /run or a page cache drop:\n" + "\n".join(
         f"  {where}:{line} in {fn}: {call}" for where, fn, call, line in unexpected
     )
+
+
+# -- the one exception: a cgroup of its own, with --cgroup only -------------------
+
+
+def cgroup_makers(root: str) -> set[tuple[str, str]]:
+    """(file, function) of every call of ``MemoryCgroup`` in the scanned Python code."""
+    found = set()
+    for top in SCANNED:
+        for folder, dirs, names in os.walk(os.path.join(root, top)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(n for n in names if n.endswith(".py")):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as f:
+                    tree = ast.parse(f.read())
+                rel = os.path.relpath(path, root).replace(os.sep, "/")
+                for fn in ast.walk(tree):
+                    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                        continue
+                    for node in _walk_scope(fn.body):
+                        if isinstance(node, ast.Call) and _dotted(node.func).endswith(
+                            "MemoryCgroup"
+                        ):
+                            found.add((rel, fn.name))
+    return found
+
+
+def test_only_the_cgroup_option_and_its_proof_make_a_cgroup():
+    assert cgroup_makers(ROOT) == MAKES_A_CGROUP
+
+
+@pytest.fixture
+def run(monkeypatch):
+    """``benchmarks/run.py`` (the suite's modules import each other by plain name)."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    import run
+
+    return run
+
+
+@pytest.mark.parametrize("argv", [[], ["--smoke"], ["--only", "cold,durable,readahead"]])
+def test_make_bench_and_bench_smoke_select_no_cgroup_row(run, argv):
+    """``make bench`` and ``make bench-smoke`` (no ``--cgroup``): no operation of the
+    plan runs in a cgroup, so nothing is made under /sys/fs/cgroup."""
+    args = run.parse_args(argv)
+    ops = [op for _, ops in run.plan(args.groups, args.sizes_of) for op in ops]
+    assert ops and not [op for op in ops if run.condition(op) == "cgroup"]
+
+
+def test_cgroup_rows_need_the_option(run, capsys):
+    with pytest.raises(SystemExit):
+        run.parse_args(["--only", "cold,cgroup"])
+    assert "add --cgroup" in capsys.readouterr().err
+    args = run.parse_args(["--cgroup", "--smoke"])
+    ops = [op for _, ops in run.plan(args.groups, args.sizes_of) for op in ops]
+    assert "cg_align" in ops
+    args = run.parse_args(["--only", "cgroup", "--cgroup"])
+    assert args.groups == ["cgroup"]
+
+
+def test_a_cold_measurement_makes_no_cgroup_without_the_option(run, monkeypatch):
+    """Even handed a cgroup row, the cold measurement refuses before it touches anything."""
+    made = []
+    monkeypatch.setattr(run.cgroup, "MemoryCgroup", lambda *a: made.append(a))
+    monkeypatch.setattr(run.os, "sync", lambda: made.append("sync"))
+    args = run.parse_args(["--smoke"])
+    with pytest.raises(RuntimeError, match="only with --cgroup"):
+        run.measure_cold(args, "cg_align", "/nonexistent", "2MiB")
+    assert made == []
+
+
+def test_the_makefile_asks_for_no_cgroup():
+    with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as f:
+        recipes = [ln for ln in f.read().splitlines() if ln.startswith("\t")]
+    assert not [ln for ln in recipes if "--cgroup" in ln]
 
 
 # -- the search finds what it is for ---------------------------------------------
