@@ -211,21 +211,21 @@ def _windows(fat: bool) -> dict:
             )
         return os.open(path, flags & ~(_O_BINARY | _O_NOINHERIT), mode)
 
-    def replace(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+    def replace(src, dst, *, src_dir_fd=None, dst_dir_fd=None, _how=None):
         if src_dir_fd is not None or dst_dir_fd is not None:
             raise NotImplementedError("dir_fd unavailable on this platform")
         _refuse(src, "rename")
         _refuse(dst, "replace")
         if os.path.isdir(dst):
             raise PermissionError(errno.EACCES, "Access is denied", os.fsdecode(dst))
-        return os.replace(src, dst)
+        return (_how or os.replace)(src, dst)  # looked up now: tests may replace it
 
     def rename(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
         if os.path.lexists(dst):
             raise FileExistsError(
                 errno.EEXIST, "Cannot create a file when that file already exists", os.fsdecode(dst)
             )
-        return replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+        return replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, _how=os.rename)
 
     def unlink(path, *, dir_fd=None):
         if dir_fd is not None:

@@ -21,6 +21,7 @@ WINDOWS = {
     "test_racing_saves_forced_interleaving": "no folder lock on Windows",
     "test_racing_saves_in_processes": "no folder lock on Windows",
     "test_concurrent_in_place_aligns_and_readers": "no folder lock on Windows",
+    "test_racing_saves_and_aligns_in_threads": "no folder lock on Windows",
     # faults injected through calls Windows lacks
     "test_disk_full_leaves_nothing": "injects ENOSPC through os.pwrite, which Windows lacks",
     "test_the_header_is_read_in_one_bounded_read_and_the_data_never": "counts os.pread calls",
