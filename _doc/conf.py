@@ -464,11 +464,17 @@ _BYTES_FIGURES = {"peak", "anon", "bytes"}
 
 
 def _per_tensor(row: dict) -> str | None:
-    """A row's value over the number of tensors its operation names ("200,000 tensors")."""
+    """A row's value over the number of tensors its operation names ("200,000 tensors"):
+    KiB for memory and bytes, microseconds for a time."""
     m = re.search(r"([\d,]+) tensors", row["operation"])
-    if not m or row["fig"] not in _BYTES_FIGURES or not row["value_raw"]:
+    if not m or not row["value_raw"]:
         return None
-    return f"{float(row['value_raw']) / int(m.group(1).replace(',', '')) / 1024:.1f} KiB"
+    per = float(row["value_raw"]) / int(m.group(1).replace(",", ""))
+    if row["fig"] in _BYTES_FIGURES:
+        return f"{per / 1024:.1f} KiB"
+    if row["fig"] in ("seconds", "cpu", "to_disk"):
+        return f"{per * 1e6:.1f} us"
+    return None
 
 
 def _tensors(row: dict) -> str | None:
@@ -504,7 +510,8 @@ def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None)
 
     ``WHAT`` is ``value``, ``ref`` (the reference's value), ``ratio``,
     ``result``, ``per tensor`` (a memory or bytes value over the number of
-    tensors the operation names, in KiB), ``tensors`` (that number) or
+    tensors the operation names, in KiB; a time, in microseconds), ``tensors``
+    (that number) or
     ``rounds`` (the lowest and highest per-round ratio), ``value_rounds`` or
     ``ref_rounds`` (the lowest and highest of its or its reference's rounds,
     in seconds); ``SIZE`` is the size, followed by

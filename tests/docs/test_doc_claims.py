@@ -17,9 +17,7 @@ cells of the gallery scripts (their docstring and the comments that follow a
 - **numbers of the report come from the build**: a paragraph that cites the
   benchmark report (``make bench``, the benchmarks page, a ``:bench:`` role)
   states no literal figure the committed reports of that page also hold
-  (``benchmarks/results/latest.csv``, ``cold.csv``, ``dedup.csv``, and the
-  earlier runs it quotes: ``latest_order10.csv``, ``reporting_order10.csv``,
-  ``reporting_order11.csv``): the
+  (``benchmarks/results/latest.csv``, ``cold.csv``, ``dedup.csv``): the
   report's figure rounded as the prose writes it, or an integer off by one
   (485 MiB for 484.0). Sizes (a power of two, or three times one: 96 MiB,
   4 GiB) and the reports' targets are parameters, not measurements. Such a
@@ -27,8 +25,8 @@ cells of the gallery scripts (their docstring and the comments that follow a
 - **numbers of the proof reports come from the build**: a text that names a
   proof script or its report (``ort_alignment``, ``convert_proof``,
   ``threads_proof``, ``dedup_proof``, ``edit_proof``, ``peer_settings``,
-  ``load_ab``:
-  ``benchmarks/proofs/results/NAME.md``) states none of that report's figures (its
+  ``load_ab``, ``tensor_cost``, ``window_sync``, ``cold_proof``:
+  ``benchmarks/proofs/results/NAME.md``, indexed in ``benchmarks/proofs/README.md``) states none of that report's figures (its
   tables' cells, with their column's unit, and its prose). Such a number is quoted with
   ``:report:`` (``_doc/conf.py``).
 
@@ -58,7 +56,6 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")  # make bench's reports
 PROOF_RESULTS = os.path.join(ROOT, "benchmarks", "proofs", "results")  # the proofs' reports
 REPORTS = ("latest", "cold", "dedup")  # the reports the benchmarks page shows
-REPORTS += ("latest_order10", "reporting_order10", "reporting_order11")  # and those it quotes
 
 # -- the published texts ---------------------------------------------------------
 
@@ -318,17 +315,18 @@ def test_no_literal_figure_of_the_report_in_prose():
 # The reports that the how-tos include (``markdown-report``) or name (the script
 # that writes them): their figures are the report's, quoted from it, never typed.
 PROOF_REPORTS = ("ort_alignment", "convert_proof", "threads_proof", "dedup_proof")
-PROOF_REPORTS += ("edit_proof", "peer_settings", "load_ab")
+PROOF_REPORTS += ("edit_proof", "peer_settings", "load_ab", "tensor_cost", "window_sync")
+PROOF_REPORTS += ("cold_proof",)
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 _UNITS = {"s": "s", "MiB": "MiB", "GiB": "MiB", "KiB": "MiB", "MB": "MB", "GB": "MB"}
-_UNITS |= {"x": "x", "times": "x"}
+_UNITS |= {"x": "x", "times": "x", "us": "us"}  # microseconds: the cost of a tensor
 _SCALE = {"GiB": 1024.0, "KiB": 1 / 1024, "GB": 1000.0}
 # a figure, or a list of them sharing one unit ("636 and 655 MiB", "6.8 and 15.8 times")
 PROOF_FIGURE = re.compile(
     rf"(?<![\w.,/-])((?:{_NUM})(?:(?:\s*,\s*|\s+and\s+|\s+to\s+|\s*-\s*)(?:{_NUM}))*)"
-    r"[ \t]*\n?[ \t]*(s|MiB|GiB|KiB|MB|GB|x|times)(?![\w-])"
+    r"[ \t]*\n?[ \t]*(s|us|MiB|GiB|KiB|MB|GB|x|times)(?![\w-])"
 )
-_HEADER_UNIT = re.compile(r"(?:\(|, )(s|MiB|GiB|KiB|MB|GB)\)?\s*$")
+_HEADER_UNIT = re.compile(r"(?:\(|, )(s|us|MiB|GiB|KiB|MB|GB)\)?\s*$")
 
 
 def _figures_of(text: str, found: dict[str, list[float]]) -> None:
@@ -354,8 +352,8 @@ def _table_figures(rows: list[list[str]], found: dict[str, list[float]]) -> None
 
 def proof_figures(report: str) -> dict[str, list[float]]:
     """The figures of ``benchmarks/proofs/results/REPORT.md`` (its tables and its prose), by
-    unit (seconds, MiB, MB, ratios)."""
-    found: dict[str, list[float]] = {"s": [], "MiB": [], "MB": [], "x": []}
+    unit (seconds, microseconds, MiB, MB, ratios)."""
+    found: dict[str, list[float]] = {"s": [], "us": [], "MiB": [], "MB": [], "x": []}
     text = _read(os.path.join(PROOF_RESULTS, f"{report}.md"))
     table: list[list[str]] = []
     for line in [*text.split("\n"), ""]:
