@@ -60,11 +60,9 @@ def load(
             reference into the ``.onnx`` file itself (location = its name,
             offset and length of the bytes). Requires ``load_external_data=False``.
         num_threads: parallel readers, at most as many as the data files.
-            None (default): one. Measured on a model of one file per tensor
-            (``benchmarks/threads_proof.py``), 4 readers were faster in most
-            rounds with the files cold and slower in most with them in the
-            page cache, neither beyond the rounds' spread: pass 4 for a cold
-            model of many files, and measure.
+            None (default): one. More readers were not faster beyond the
+            noise, warm or cold (the measurements: :doc:`/benchmarks`); try 4
+            for a cold model of many files, and measure.
 
     Returns:
         An :class:`onnx.ModelProto`.

@@ -119,13 +119,10 @@ def check_progress(value: object):
 def check_num_threads(value: object) -> int:
     """Validate ``num_threads`` and resolve ``None`` to the default: one thread.
 
-    One reader, one writer, unless more are asked for. Measured
-    (``benchmarks/threads_proof.py``, 15 interleaved rounds in fresh processes,
-    its report in ``benchmarks/results/threads_proof.md``): on a model of one
-    file per tensor, parallel readers were faster in most rounds when the
-    files were cold and slower in most when they were in the page cache, and
-    neither held beyond the rounds' spread; saves and one-file reads did not
-    change. A load never runs more readers than it has data files.
+    One reader, one writer, unless more are asked for: measured in fresh
+    processes and interleaved rounds, more threads made no load or save faster
+    beyond the rounds' spread, warm or cold (the measurements:
+    :doc:`/benchmarks`). A load never runs more readers than it has data files.
 
     Args:
         value: ``None`` (the default, one thread) or an int >= 1.
