@@ -347,6 +347,10 @@ def _distinct_folders(folders: list[str]) -> list[str]:
     return sorted(seen.values(), key=lambda f: os.path.realpath(f))
 
 
+class _HeldOpen(PermissionError):
+    """Internal: Windows refused to rename a file another process holds open."""
+
+
 class _Swap:
     """One rename of a commit, recorded before it is made, so it can be undone.
 
@@ -379,33 +383,42 @@ class _Swap:
                 self.old, self.state = self.tmp, "done"  # the old file has the temporary name
                 return
             old = temp_path(self.final, OLD_SUFFIX)
-            try:
-                if _NAMES_PINNED_BY_OPEN_FILES:
-                    raise OSError(errno.EPERM, "a second link could not be undone here")
-                os.link(self.final, old, follow_symlinks=False)
-                self.old = old
-            except OSError:  # no hard links here: move it aside
+            if _NAMES_PINNED_BY_OPEN_FILES:  # Windows: moved aside, never linked
+                self._aside(old)
+            else:
                 try:
-                    os.rename(self.final, old)
-                except PermissionError as e:
-                    if _NAMES_PINNED_BY_OPEN_FILES:  # Windows: open in another process
-                        raise PermissionError(
-                            e.errno,
-                            f"cannot replace {shown(self.final)}: another process holds it "
-                            "open (an onnxruntime session, an editor, a virus scanner?); "
-                            "close it and run again, or write to another name",
-                            self.final,
-                        ) from None
-                    raise
-                self.old, self.state = old, "aside"
+                    os.link(self.final, old, follow_symlinks=False)
+                    self.old = old
+                except OSError:  # no hard links here: move it aside
+                    self._aside(old)
             os.replace(self.tmp, self.final)
             self.state = "done"
+        except _HeldOpen as e:
+            raise PermissionError(
+                e.errno,
+                f"cannot replace {shown(self.final)}: another process holds it open "
+                "(an onnxruntime session, an editor, a virus scanner?); nothing was replaced: "
+                "close it and run again, or write to another name",
+                self.final,
+            ) from None
         except OSError as e:
-            if e.filename == self.final:
-                raise
             raise OSError(
                 e.errno, f"cannot replace {shown(self.final)}: {e.strerror}", self.final
             ) from None
+
+    def _aside(self, old: str) -> None:
+        """Rename the replaced file to ``old``.
+
+        Raises:
+            _HeldOpen: Windows refused it: another process holds the file open.
+        """
+        try:
+            os.rename(self.final, old)
+        except PermissionError as e:
+            if _NAMES_PINNED_BY_OPEN_FILES:
+                raise _HeldOpen(e.errno, e.strerror) from None
+            raise
+        self.old, self.state = old, "aside"
 
     def undo(self) -> None:
         """Put back what ``final`` named before (best effort); remove the temporary file."""
