@@ -90,10 +90,6 @@ class Conversion:
         """The byte length of the ``src`` values that become ``length`` bytes of ``dst``."""
         return length // ITEMSIZE[self.dst] * ITEMSIZE[self.src]
 
-    def fits(self, length: int) -> bool:
-        """True when ``length`` bytes are a whole number of ``src`` values."""
-        return length % ITEMSIZE[self.src] == 0
-
     def __str__(self) -> str:
         return f"{dtype_name(self.src)} -> {dtype_name(self.dst)}"
 
