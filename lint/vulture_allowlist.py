@@ -16,9 +16,6 @@ RssTimeline.growth_of
 
 import onnxruntime  # noqa: E402
 
-from onnx_light._inspect import verify_model  # noqa: E402
-
-verify_model  # one model's check, used by the tests (verify_models calls its body)
 onnxruntime.SessionOptions.log_severity_level  # set by examples: onnxruntime reads it
 onnxruntime.SessionOptions.intra_op_num_threads
 onnxruntime.SessionOptions.inter_op_num_threads

@@ -465,10 +465,10 @@ def test_info_json_failure_prints_json(tmp_path, capsys, monkeypatch):
         assert_one_error_line(captured.err, word)
         assert doc["error"] in captured.err
 
-    def boom(path):
+    def boom(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("onnx_light.cli._info.model_info", boom)
+    monkeypatch.setattr("onnx_light.cli._info.inspect_models", boom)
     assert main(["info", missing, "--json"]) == 1
     captured = capsys.readouterr()
     assert json.loads(captured.out) == {"error": "unexpected RuntimeError: boom", "model": missing}
@@ -672,7 +672,7 @@ def test_cli_never_prints_a_traceback(tmp_path, capsys, monkeypatch):
     def broken(*args, **kwargs):
         raise TypeError("'<' not supported")
 
-    monkeypatch.setattr("onnx_light.cli._info.model_info", broken)
+    monkeypatch.setattr("onnx_light.cli._info.inspect_models", broken)
     onnx.save(_model(), str(tmp_path / "m.onnx"))
     code, _, err = _cli(capsys, "info", tmp_path / "m.onnx")
     _one_line(code, err)

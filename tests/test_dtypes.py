@@ -25,7 +25,6 @@ from helpers import save_two_file
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light._inspect import verify_model
 from onnx_light.onnx._read.tensors import _BITS, _onnx_bits, tensor_nbytes, typed_raw_bytes
 
 
@@ -93,9 +92,11 @@ def _external_model(folder: Path, code: int, n: int, length: int) -> Path:
 def test_verify_checks_packed_length(tmp_path, name, n):
     code = _code(name)
     good = (n * PACKED[name] + 7) // 8  # ceil(n * bits / 8)
-    assert verify_model(str(_external_model(tmp_path, code, n, good))) == (1, [])
+    result = onnxl.verify_model(_external_model(tmp_path, code, n, good))
+    assert (result.external_tensors, result.problems) == (1, ())
     for wrong in {n, good + 1, good - 1} - {good}:  # one byte per element: the usual slip
-        count, problems = verify_model(str(_external_model(tmp_path, code, n, wrong)))
+        result = onnxl.verify_model(_external_model(tmp_path, code, n, wrong))
+        count, problems = result.external_tensors, result.problems
         assert count == 1 and len(problems) == 1, (wrong, problems)
         assert "dtype x dims" in problems[0] and "'W'" in problems[0], problems
 

@@ -340,7 +340,18 @@ def test_stage_folders_have_empty_init_files():
 # The engine's folders in the order they may import each other: a module imports only
 # from its own folder and the ones before it. The settings, errors and dtypes are the base;
 # the writers and the facade (onnx_light.onnx's own modules) sit on top.
-STAGES = ("base", "_system", "_read", "_commit", "_plan", "_content", "_write", "_graph", "writers")
+STAGES = (
+    "base",
+    "_system",
+    "_read",
+    "_commit",
+    "_plan",
+    "_content",
+    "_write",
+    "_graph",
+    "_inspect",
+    "writers",
+)
 BASE = {f"{PACKAGE}.onnx._{name}" for name in ("errors", "options", "dtypes")}
 
 
@@ -357,7 +368,7 @@ def _stage(module: str) -> str | None:
 
 def test_the_stage_folders_import_in_order():
     """base -> _system -> _read -> _commit -> _plan -> _content, _write -> _graph ->
-    writers: no module imports from a later stage (_content and _write do not import
+    _inspect -> writers: no module imports from a later stage (_content and _write do not import
     each other), not even under ``if TYPE_CHECKING:``: an annotation naming a later
     stage's class is a dependency on that stage, one that running the code never
     shows."""
@@ -408,12 +419,101 @@ def test_the_package_never_uses_the_benchmarks_harness():
     assert not found, found
 
 
-def test_the_command_line_uses_only_the_public_api():
-    """Whatever the CLI needs, a user's script needs too: it imports no private module
-    of onnx_light.onnx (its own reporting modules, onnx_light._inspect..., are its own)."""
-    graph = import_graph(package_modules(_package_root(), PACKAGE))
-    private = sorted(m for m in graph[f"{PACKAGE}.cli"] if m.startswith(f"{PACKAGE}.onnx._"))
-    assert not private, private
+def private_uses(modules: dict[str, str], facade: str, public: set[str]) -> list[str]:
+    """Where a module outside ``facade``'s package reaches past its public names.
+
+    Every module whose name does not start with ``facade`` is read (imports inside
+    functions and under ``if TYPE_CHECKING:`` included): an import of a module below
+    the facade other than a public one (``facade._read.scan``), ``from facade import
+    x`` with ``x`` not in ``public``, and an attribute ``facade.x`` (through any name
+    the module bound to it: ``import facade as f``, then ``f._io``) are reported, as
+    ``module:line what``.
+    """
+    found = []
+    for module, path in sorted(modules.items()):
+        if module == facade or module.startswith(facade + "."):
+            continue  # the engine itself
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        here = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+        bound: dict[str, str] = {}  # a name of this module -> the module it names
+
+        def check(dotted: str, line: int, module=module) -> None:
+            if dotted.startswith(facade + "."):
+                name = dotted[len(facade) + 1 :].split(".")[0]
+                if name not in public:
+                    found.append(f"{module}:{line} {facade}.{name}")
+
+        for node in _imports(tree, type_checking=True):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    check(alias.name, node.lineno)
+                    if alias.asname:
+                        bound[alias.asname] = alias.name
+                    else:
+                        bound[alias.name.split(".")[0]] = alias.name.split(".")[0]
+                continue
+            if node.level:
+                base = here.rsplit(".", node.level - 1)[0] if node.level > 1 else here
+                source = f"{base}.{node.module}" if node.module else base
+            else:
+                source = node.module or ""
+            check(source, node.lineno)
+            for alias in node.names:
+                check(f"{source}.{alias.name}", node.lineno)
+                bound[alias.asname or alias.name] = f"{source}.{alias.name}"
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            parts, root = [node.attr], node.value
+            while isinstance(root, ast.Attribute):
+                parts.append(root.attr)
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in bound:
+                check(".".join([bound[root.id], *reversed(parts)]), node.lineno)
+    return sorted(set(found))
+
+
+def test_outside_the_engine_only_public_names_are_used():
+    """Whatever the command line needs, a user's script needs too: every module of
+    onnx_light outside onnx_light.onnx (the CLI, ``python -m onnx_light``, the entry
+    point, the progress bar) uses only public names of onnx_light.onnx, not a private
+    module or attribute (info and verify included: what they print is the objects of
+    inspect_models and verify_models)."""
+    import onnx_light.onnx as onnxl
+
+    modules = package_modules(_package_root(), PACKAGE)
+    outside = [m for m in modules if not m.startswith(f"{PACKAGE}.onnx")]
+    assert {f"{PACKAGE}.cli", f"{PACKAGE}.__main__", f"{PACKAGE}._progress"} <= set(outside)
+    found = private_uses(modules, f"{PACKAGE}.onnx", set(onnxl.__all__))
+    assert not found, "private names used outside the engine:\n" + "\n".join(found)
+
+
+def test_private_uses_sees_every_way_in(tmp_path):
+    """The rule itself, on a small package: each way past the facade is reported."""
+    files = {
+        "__init__.py": "",
+        "eng/__init__.py": "from ._x import f\n__all__ = ['f']\n",
+        "eng/_x.py": "def f():\n    pass\n\ndef g():\n    pass\n",
+        "ok.py": "import pkg.eng as e\nfrom pkg.eng import f\ne.f()\n",
+        "a.py": "from pkg.eng._x import g\n",
+        "b.py": "from pkg.eng import g\n",
+        "c.py": "import pkg.eng as e\ne._x.g()\n",
+        "d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .eng._x import g\n",
+        "e.py": "def h():\n    import pkg.eng._x\n",
+    }
+    root = tmp_path / "pkg"
+    for name, body in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(body)
+    found = private_uses(package_modules(str(root), "pkg"), "pkg.eng", {"f"})
+    assert found == [
+        "pkg.a:1 pkg.eng._x",
+        "pkg.b:1 pkg.eng.g",
+        "pkg.c:2 pkg.eng._x",
+        "pkg.d:3 pkg.eng._x",
+        "pkg.e:2 pkg.eng._x",
+    ]
 
 
 def test_the_engine_page_lists_every_module():

@@ -1,6 +1,6 @@
 """Every loader's link rules: what we write loads in all three, and ``verify`` tells.
 
-1. Each verdict of :func:`onnx_light._loaders.loader_verdicts` agrees with what
+1. Each verdict of :func:`onnx_light.onnx.verify_model` (its ``loaders``) agrees with what
    the installed onnx, onnxruntime and onnx-ir do on the same files, over
    the layouts users meet (links inside and out of the folder, hard links,
    a Hugging Face cache snapshot, ``..``, absolute locations, a subgraph's
@@ -27,9 +27,14 @@ from helpers import run_cli as _cli
 
 import onnx_light.onnx as onnxl
 from benchmarks.harness import make_gemm_model, model_inputs
-from onnx_light._inspect import verify_models
-from onnx_light._loaders import LOADERS, loader_verdicts, references
 from onnx_light.onnx._commit import atomic as _atomic
+
+LOADERS = ("onnx", "onnxruntime", "onnx-ir")
+
+
+def loader_verdicts(path) -> tuple[onnxl.LoaderVerdict, ...]:
+    """What verify says each loader will do with the model at ``path``."""
+    return onnxl.verify_model(path).loaders
 
 
 def _relocate(path, location: str) -> None:
@@ -158,15 +163,17 @@ def test_each_verdict_agrees_with_the_installed_loader(tmp_path, layout, kind):
 
 @pytest.mark.parametrize("kind", ["main", "subgraph"])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_verify_judges_the_references_its_own_pass_read(tmp_path, layout, kind):
-    """verify reads each model once: the pairs its pass hands the loaders' rules
-    are those a separate read finds, refused references included."""
+def test_verify_judges_the_references_it_refuses_too(tmp_path, layout, kind):
+    """verify reads each model once and judges the references of that pass, those it
+    refuses included: the verdicts are the same whether the model is verified alone
+    or among others."""
     path = _layout(tmp_path, layout, kind)
-    results, _, found = verify_models([path])
-    assert found == [references(path)]
-    assert loader_verdicts(path, found[0]) == loader_verdicts(path)
+    alone = onnxl.verify_model(path)
+    among = onnxl.verify_models([path, path]).models
+    assert among[0].loaders == among[1].loaders == alone.loaders
     if layout in ("dot-dot", "absolute", "symlink-outside"):
-        assert results[0][1]  # refused by verify, still judged for each loader
+        assert alone.problems and not alone.valid  # refused by verify
+        assert not alone.loadable  # and still judged for each loader
 
 
 def test_the_measured_rules_hold(tmp_path):

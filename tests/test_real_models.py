@@ -21,7 +21,6 @@ from helpers import external_offsets, read_back, save_two_file, tensor_bytes
 from onnx import numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light._inspect import verify_model
 from onnx_light.onnx._read.tensors import iter_tensors
 
 BACKEND = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
@@ -106,7 +105,7 @@ def test_backend_model_in_every_layout(source, tmp_path):
     for layout in LAYOUTS:
         path = _layout(model, source, tmp_path / layout, layout)
         assert tensor_bytes(onnxl.load(path)) == expected, layout
-        assert verify_model(str(path))[1] == [], layout
+        assert onnxl.verify_model(path).problems == (), layout
         out = tmp_path / f"out-{layout}"
         out.mkdir()
         onnxl.align_external_data_streaming(path, out / "a.onnx", "a.data", 4096, size_threshold=0)

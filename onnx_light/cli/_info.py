@@ -6,13 +6,15 @@ import argparse
 import json
 import os
 
-from onnx_light._inspect import listed, model_info, shared_across, transposed_pairs
 from onnx_light._progress import human
+from onnx_light.onnx import FileInfo, ModelInfo, SharedRange, TensorInfo, inspect_models
 
 from ._args import size_arg
 from ._text import plural, printable, sharing, table
 
 __all__ = ["add_parser", "cmd_info"]
+
+ALIGNMENTS = (4096, 65536)  # the alignments info says a model has or not
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -28,63 +30,128 @@ def cmd_info(args: argparse.Namespace) -> int:
     Returns:
         The exit code, 0.
     """
-    infos = [model_info(path) for path in args.model]
-    several = len(infos) > 1
-    shared = shared_across(infos) if several else infos[0]["shared_ranges"]
-    infos = [listed(info, args.external, args.min_size) for info in infos]
-    # None: not looked for (it reads the weights); []: looked for, none found
-    transposed = transposed_pairs(args.model) if args.twins else None
-    if not several and transposed is not None:
-        transposed = [{**p, "tensors": [t["name"] for t in p["tensors"]]} for p in transposed]
+    report = inspect_models(args.model, transposed=args.twins)
+    several = len(report.models) > 1
+    # one model: its own ranges (by location); several: by file, across them
+    shared = report.shared_ranges if several else report.models[0].shared_ranges
+
+    def listed(t: TensorInfo) -> bool:  # --external, --min-size: the table only
+        return (t.location is not None or not args.external) and (
+            not args.min_size or isinstance(t.length, int) and t.length >= args.min_size
+        )
+
     if args.json:
+        infos = [_model_json(info, listed, args.external, args.min_size) for info in report.models]
+        # None: not looked for (it reads the weights); []: looked for, none found
+        transposed = None
+        if report.transposed is not None:
+            transposed = [_pair_json(pair, several) for pair in report.transposed]
         if several:
-            doc = {"models": infos, "shared_ranges": shared, "transposed": transposed}
+            shared_json = [_range_json(r, several) for r in shared]
+            doc = {"models": infos, "shared_ranges": shared_json, "transposed": transposed}
         else:
             doc = {**infos[0], "transposed": transposed}
         print(json.dumps(doc, indent=2))
         return 0
-    for k, info in enumerate(infos):
+    for k, info in enumerate(report.models):
         if k:
             print()
-        _print_info(info)
-    name = _tensor_namer(args.model)
+        _print_info(info, [t for t in info.tensors if listed(t)], args.external, args.min_size)
+    name = _tensor_namer(args.model, several)
     if shared:
         print()
         across = " of these models" if several else ""
         print(sharing(shared, across))
         ranges = [["location", "offset", "length", "read by"]]
         for r in shared:
-            names = ", ".join(name(t) for t in r["tensors"])
-            ranges.append([printable(r["location"]), str(r["offset"]), str(r["length"]), names])
+            names = ", ".join(name(t) for t in r.tensors)
+            ranges.append([printable(r.location), str(r.offset), str(r.length), names])
         print(table(ranges, {1, 2}))
-    if transposed is not None:
+    if report.transposed is not None:
         print()
-        found = len(transposed) or "none"
+        found = len(report.transposed) or "none"
         print(f"transposed twins (2-D tensors stored as the transpose of another): {found}")
-        for p in transposed:
-            a, b = (name(t) for t in p["tensors"])
-            print(f"  {a} / {b}: {p['length']} bytes each ({human(p['length'])})")
+        for first, second, length in report.transposed:
+            print(f"  {name(first)} / {name(second)}: {length} bytes each ({human(length)})")
     return 0
 
 
-def _tensor_namer(models: list[str]):
-    """How tensors are shown: their name, prefixed by their model's file name
-    (or path, when two models share a file name) when there are several models."""
+def _model_json(info: ModelInfo, listed, external_only: bool, min_size: int) -> dict:
+    """``info --json``'s document for one model (its tensors as ``listed``)."""
+    return {
+        "model": info.model,
+        "tensors": [_tensor_json(t) for t in info.tensors if listed(t)],
+        "files": [_file_json(f) for f in info.files],
+        "missing_files": list(info.missing_files),
+        "tensor_count": len(info.tensors),
+        "external_tensors": info.external_tensors,
+        "inline_tensors": info.inline_tensors,
+        "inline_bytes": info.inline_bytes,
+        "alignment": info.alignment,
+        "aligned": {str(a): info.aligned_to(a) for a in ALIGNMENTS},
+        "shared_ranges": [_range_json(r, False) for r in info.shared_ranges],
+        "listed": {"external_only": external_only, "min_size": min_size},
+    }
+
+
+def _tensor_json(t: TensorInfo) -> dict:
+    return {
+        "name": t.name,
+        "path": t.path,
+        "dtype": t.dtype,
+        "shape": list(t.shape),
+        "location": t.location,
+        "offset": t.offset,
+        "length": t.length,
+        "offset_pow2": t.offset_pow2,
+    }
+
+
+def _file_json(f: FileInfo) -> dict:
+    doc = {
+        "location": f.location,
+        "tensors": f.tensor_count,
+        "bytes": f.tensor_bytes,
+        "file_size": f.file_size,
+    }
+    if f.location is not None:
+        doc["missing"] = f.missing
+    return doc
+
+
+def _range_json(r: SharedRange, several: bool) -> dict:
+    """A shared range; its tensors by name for one model, by model and name for several."""
+    tensors = [{"model": m, "name": n} if several else n for m, n in r.tensors]
+    return {"location": r.location, "offset": r.offset, "length": r.length, "tensors": tensors}
+
+
+def _pair_json(pair: tuple, several: bool) -> dict:
+    first, second, length = pair
+    tensors = [{"model": m, "name": n} if several else n for m, n in (first, second)]
+    return {"tensors": tensors, "length": length}
+
+
+def _tensor_namer(models: list[str], several: bool):
+    """How tensors, ``(model, name)``, are shown: their name, prefixed by their model's
+    file name (or path, when two models share a file name) when there are several."""
     basenames = [os.path.basename(m) for m in models]
     unique = len(set(basenames)) == len(basenames)
 
-    def name(t: str | dict) -> str:
-        if isinstance(t, str):
-            return printable(t)
-        model = os.path.basename(t["model"]) if unique else t["model"]
-        return printable(f"{model}:{t['name']}")
+    def name(tensor: tuple[str, str]) -> str:
+        model, shown = tensor
+        if not several:
+            return printable(shown)
+        model = os.path.basename(model) if unique else model
+        return printable(f"{model}:{shown}")
 
     return name
 
 
-def _print_info(info: dict) -> None:
+def _print_info(
+    info: ModelInfo, tensors: list[TensorInfo], external_only: bool, min_size: int
+) -> None:
     """One model: a summary (tensors by place, bytes per file, alignment, shared ranges),
-    the files, then the tensor table (as filtered)."""
+    the files, then the table of ``tensors`` (those listed)."""
 
     def cell(v: object, none: str = "-") -> str:
         return none if v is None else printable(str(v))
@@ -93,66 +160,63 @@ def _print_info(info: dict) -> None:
         print(line)
     print()
     files = [["file", "tensors", "bytes", "file size"]]
-    for f in info["files"]:
-        size = f["file_size"]
+    for f in info.files:
+        size = f.file_size
         shown_size = "-" if size is None else f"{size} ({human(size)})"
         files.append(
             [
-                cell(f["location"], "inline"),
-                str(f["tensors"]),
-                f"{f['bytes']} ({human(f['bytes'])})",
-                "missing" if f.get("missing") else shown_size,
+                cell(f.location, "inline"),
+                str(f.tensor_count),
+                f"{f.tensor_bytes} ({human(f.tensor_bytes)})",
+                "missing" if f.missing else shown_size,
             ]
         )
     print(table(files, {1, 2, 3}))
     print()
     rows = [["name", "dtype", "shape", "location", "offset", "length", "offset 2^k"]]
-    for t in info["tensors"]:
-        inline = t["location"] is None
-        pow2 = "-" if inline or not isinstance(t["offset"], int) else cell(t["offset_pow2"], "any")
+    for t in tensors:
+        inline = t.location is None
+        pow2 = "-" if inline or not isinstance(t.offset, int) else cell(t.offset_pow2, "any")
         rows.append(
             [
-                printable(t["name"]),
-                t["dtype"],
-                str(t["shape"]),
-                cell(t["location"], "inline"),
-                cell(t["offset"]),
-                cell(t["length"]),
+                printable(t.name),
+                t.dtype,
+                str(list(t.shape)),
+                cell(t.location, "inline"),
+                cell(t.offset),
+                cell(t.length),
                 pow2,
             ]
         )
-    shown = info.get("listed", {})
-    if shown.get("external_only") or shown.get("min_size"):
-        what = " external" if shown.get("external_only") else ""
-        size = f" of at least {shown['min_size']} bytes" if shown.get("min_size") else ""
-        print(
-            f"{len(info['tensors'])} of {info['tensor_count']} tensors listed:{what} tensors{size}"
-        )
+    if external_only or min_size:
+        what = " external" if external_only else ""
+        size = f" of at least {min_size} bytes" if min_size else ""
+        print(f"{len(tensors)} of {len(info.tensors)} tensors listed:{what} tensors{size}")
     print(table(rows, {4, 5, 6}))
 
 
-def _info_summary(info: dict) -> list[str]:
+def _info_summary(info: ModelInfo) -> list[str]:
     """The lines that lead ``info``: what a reader looks for first."""
-    external_files = [f for f in info["files"] if f["location"] is not None]
-    external_bytes = sum(f["bytes"] for f in external_files)
+    external_files = [f for f in info.files if f.location is not None]
+    external_bytes = sum(f.tensor_bytes for f in external_files)
     count = len(external_files)
+    total = len(info.tensors)
     lines = [
-        f"{printable(info['model'])}: {info['tensor_count']} "
-        f"{plural(info['tensor_count'], 'tensor')}, "
-        f"{info['external_tensors']} external ({human(external_bytes)} in {count} "
-        f"{plural(count, 'file')}), {info['inline_tensors']} inline "
-        f"({human(info['inline_bytes'])})"
+        f"{printable(info.model)}: {total} {plural(total, 'tensor')}, "
+        f"{info.external_tensors} external ({human(external_bytes)} in {count} "
+        f"{plural(count, 'file')}), {info.inline_tensors} inline "
+        f"({human(info.inline_bytes)})"
     ]
-    if info["external_tensors"]:
-        common = "any" if info["alignment"] is None else str(info["alignment"])
+    if info.external_tensors:
+        common = "any" if info.alignment is None else str(info.alignment)
         lines.append(f"common alignment of external offsets: {common}")
-    note = " (no external tensors)" if not info["external_tensors"] else ""
-    for a, ok in info["aligned"].items():
-        lines.append(f"aligned to {a}: {'yes' if ok else 'no'}{note}")
-    shared = info["shared_ranges"]
+    note = " (no external tensors)" if not info.external_tensors else ""
+    for a in ALIGNMENTS:
+        lines.append(f"aligned to {a}: {'yes' if info.aligned_to(a) else 'no'}{note}")
+    shared = info.shared_ranges
     if shared:
         lines.append(f"{len(shared)} {plural(len(shared), 'range')} read by several tensors")
-    for location in info["missing_files"]:
+    for location in info.missing_files:
         lines.append(
             f"missing: {printable(location)} does not exist (onnx-light verify checks every "
             "reference)"

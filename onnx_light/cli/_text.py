@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from onnx_light._progress import human
-from onnx_light.onnx import AlignResult, ConvertResult, DedupResult
+from onnx_light.onnx import AlignResult, ConvertResult, DedupResult, SharedRange
 
 __all__ = ["PROG", "aligned", "left_over", "percent", "plural", "printable", "sharing", "table"]
 
@@ -51,11 +51,11 @@ def percent(part: int, whole: int) -> str:
     return f"{p:.2g}%" if p < 1 else f"{p:.1f}%"
 
 
-def sharing(shared: list[dict], across: str = "") -> str:
+def sharing(shared: tuple[SharedRange, ...], across: str = "") -> str:
     """``N ranges are read by several tensors (M tensors, X stored once for Y of tensors)``."""
-    tensors = sum(len(r["tensors"]) for r in shared)
-    once = sum(r["length"] for r in shared)
-    read = sum(r["length"] * len(r["tensors"]) for r in shared)
+    tensors = sum(len(r.tensors) for r in shared)
+    once = sum(r.length for r in shared)
+    read = sum(r.length * len(r.tensors) for r in shared)
     ranges = "1 range is" if len(shared) == 1 else f"{len(shared)} ranges are each"
     return (
         f"{ranges} read by several tensors{across} ({tensors} tensors: "

@@ -7,8 +7,7 @@ import json
 import os
 import sys
 
-from onnx_light._inspect import verify_models
-from onnx_light._loaders import loader_verdicts
+from onnx_light.onnx import LoaderVerdict, SharedRange, VerifyResult, verify_models
 
 from ._text import PROG, plural, printable, sharing
 
@@ -27,61 +26,72 @@ def cmd_verify(args: argparse.Namespace) -> int:
     Returns:
         0 when every reference is valid, else 1.
     """
-    results, shared, found = verify_models(args.model)  # one pass: the loaders judge its pairs
-    verdicts = [loader_verdicts(path, pairs) for path, pairs in zip(args.model, found, strict=True)]
-    failed = sum(1 for _, problems in results if problems)
+    report = verify_models(args.model)
     if args.json:
-        models = [
-            {
-                "model": path,
-                "external_tensors": count,
-                "problems": problems,
-                "loaders": [v.as_dict() for v in found],
-                "fix": _loaders_fix(path, found),
-            }
-            for path, (count, problems), found in zip(args.model, results, verdicts, strict=True)
-        ]
+        models = [_result_json(result) for result in report.models]
+        shared = [_range_json(r) for r in report.shared_ranges]
         print(json.dumps({"models": models, "shared": shared}, indent=2))
-        return 1 if failed else 0
-    for path, (count, problems), found in zip(args.model, results, verdicts, strict=True):
-        for p in problems:
+        return 0 if report.valid else 1
+    for result in report.models:
+        for p in result.problems:
             print(printable(p))
-        model = printable(path)
-        if problems:
+        model = printable(result.model)
+        count = result.external_tensors
+        if result.problems:
+            n = len(result.problems)
             print(
-                f"{PROG}: error: {len(problems)} {plural(len(problems), 'problem')} with "
-                f"external references in {model}",
+                f"{PROG}: error: {n} {plural(n, 'problem')} with external references in {model}",
                 file=sys.stderr,
             )
-        elif all(v.accepts for v in found):
+        elif result.loadable:
             print(
                 f"OK {model}: {count} external tensors, every reference valid "
                 "(onnx, onnxruntime and onnx-ir load it)"
             )
         else:
             print(f"OK {model}: {count} external tensors, every reference valid")
-            for line in _loader_lines(path, found):
+            for line in _loader_lines(result):
                 print(printable(line))
-    if shared:
-        across = " of these models" if len(args.model) > 1 else ""
-        print(f"{sharing(shared, across)}: valid, each range is stored once")
-    return 1 if failed else 0
+    if report.shared_ranges:
+        across = " of these models" if len(report.models) > 1 else ""
+        print(f"{sharing(report.shared_ranges, across)}: valid, each range is stored once")
+    return 0 if report.valid else 1
 
 
-def _loaders_fix(path: str, verdicts: list) -> str | None:
+def _result_json(result: VerifyResult) -> dict:
+    """``verify --json``'s entry for one model."""
+    return {
+        "model": result.model,
+        "external_tensors": result.external_tensors,
+        "problems": list(result.problems),
+        "loaders": [_verdict_json(v) for v in result.loaders],
+        "fix": _loaders_fix(result),
+    }
+
+
+def _verdict_json(v: LoaderVerdict) -> dict:
+    return {"loader": v.loader, "rule": v.rule, "accepts": v.accepts, "reasons": list(v.reasons)}
+
+
+def _range_json(r: SharedRange) -> dict:
+    tensors = [{"model": m, "name": n} for m, n in r.tensors]
+    return {"location": r.location, "offset": r.offset, "length": r.length, "tensors": tensors}
+
+
+def _loaders_fix(result: VerifyResult) -> str | None:
     """The command that writes a copy every loader accepts, when one refuses."""
-    if all(v.accepts for v in verdicts):
+    if result.loadable:
         return None
-    return f"{PROG} align {path} DIR/{os.path.basename(path)}"
+    return f"{PROG} align {result.model} DIR/{os.path.basename(result.model)}"
 
 
-def _loader_lines(path: str, verdicts: list) -> list[str]:
+def _loader_lines(result: VerifyResult) -> list[str]:
     """What each loader will do with a valid model one of them refuses, and the fix."""
     lines = [
         f"  {v.rule}: accepts" if v.accepts else f"  {v.rule}: refuses: {'; '.join(v.reasons)}"
-        for v in verdicts
+        for v in result.loaders
     ]
-    fix = _loaders_fix(path, verdicts)
+    fix = _loaders_fix(result)
     return [*lines, f"  {fix} writes a copy every loader accepts (plain files, one link each)"]
 
 

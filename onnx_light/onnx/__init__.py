@@ -39,6 +39,17 @@ from ._convert import ConvertResult, convert_float_to_float16
 from ._dedup import DedupResult, deduplicate_external_data
 from ._edit import save_edited
 from ._errors import ExternalDataError, TruncatedFileError
+from ._inspect.info import (
+    FileInfo,
+    InspectReport,
+    ModelInfo,
+    TensorInfo,
+    inspect_model,
+    inspect_models,
+)
+from ._inspect.loaders import LoaderVerdict
+from ._inspect.ranges import SharedRange
+from ._inspect.verify import VerifyReport, VerifyResult, verify_model, verify_models
 from ._io import load, save, serialize_to_file
 from ._options import SHARD_NAMINGS, SerializeOptions, check_setting
 from ._read.wire import WireError
@@ -50,17 +61,29 @@ for _public in (
     ConvertResult,
     DedupResult,
     ExternalDataError,
+    FileInfo,
+    InspectReport,
+    LoaderVerdict,
+    ModelInfo,
     SerializeOptions,
+    SharedRange,
+    TensorInfo,
     TruncatedFileError,
+    VerifyReport,
+    VerifyResult,
     WireError,
     align_external_data_streaming,
     check_setting,
     convert_float_to_float16,
     deduplicate_external_data,
+    inspect_model,
+    inspect_models,
     load,
     save,
     save_edited,
     save_model_with_shared_external_data,
+    verify_model,
+    verify_models,
 ):
     _public.__module__ = __name__
 del _public
@@ -77,28 +100,40 @@ __all__ = [
     "ConvertResult",
     "DedupResult",
     "ExternalDataError",
+    "FileInfo",
     "FunctionProto",
     "GraphProto",
+    "InspectReport",
+    "LoaderVerdict",
+    "ModelInfo",
     "ModelProto",
     "NodeProto",
     "OperatorSetIdProto",
     "SHARD_NAMINGS",
     "SerializeOptions",
+    "SharedRange",
     "SparseTensorProto",
     "StringStringEntryProto",
+    "TensorInfo",
     "TensorProto",
     "TruncatedFileError",
     "TypeProto",
     "ValueInfoProto",
+    "VerifyReport",
+    "VerifyResult",
     "WireError",
     "align_external_data_streaming",
     "check_setting",
     "convert_float_to_float16",
     "deduplicate_external_data",
     "helper",
+    "inspect_model",
+    "inspect_models",
     "load",
     "numpy_helper",
     "save",
     "save_edited",
     "save_model_with_shared_external_data",
+    "verify_model",
+    "verify_models",
 ]

@@ -169,13 +169,17 @@ _NUMBER = r"(\d+|" + "|".join(NUMBERS) + r")"
 
 
 def public_writers() -> set[str]:
-    """The writers: the modules that hold a public function of ``onnx_light.onnx``
-    (``load`` and ``save`` share one), the setting check aside."""
+    """The writers: the modules beside the facade that hold a public function of
+    ``onnx_light.onnx`` (``load`` and ``save`` share one), the setting check aside;
+    the reports of ``_inspect/`` (``inspect_model``, ``verify_model``) write nothing."""
     files = set()
+    facade = os.path.dirname(inspect.getsourcefile(onnxl))
     for name in onnxl.__all__:
         obj = getattr(onnxl, name)
         if inspect.isfunction(obj) and name != "check_setting":
-            files.add(os.path.basename(inspect.getsourcefile(obj)))
+            source = inspect.getsourcefile(obj)
+            if os.path.dirname(source) == facade:
+                files.add(os.path.basename(source))
     return files
 
 

@@ -12,8 +12,8 @@ and onnx-ir 1.1; the rules below are read from their code):
   hard link. A Hugging Face cache snapshot (every file a link into
   ``blobs/``) is refused.
 - **onnxruntime >= 1.24** (``ValidateExternalDataPath`` in
-  ``core/framework/tensorprotoutils.cc``; PR 27374 accepted the physical
-  folder in 1.24.2): the location must be relative and name, from the
+  ``core/framework/tensorprotoutils.cc``; the physical folder accepted
+  since 1.24.2): the location must be relative and name, from the
   model's folder, an existing file whose resolved path lies in the model's
   folder or in the folder of the model's resolved path; links are followed,
   hard links accepted. Tensors inside a subgraph (an ``If``, ``Loop`` or
@@ -22,85 +22,58 @@ and onnx-ir 1.1; the rules below are read from their code):
   ``onnx_ir/_core.py``): the path, and the path with its links resolved,
   must stay in the model's folder; a file with several hard links is refused.
 
-:func:`loader_verdicts` applies these rules to a model without importing
-any of the three, and ``tests/test_loaders.py`` checks each verdict against
-what the installed loader does on the same files.
+:func:`loader_verdicts` applies these rules to the references ``verify``
+read (``verify.py``), without importing any of the three, and
+``tests/test_loaders.py`` checks each verdict against what the installed
+loader does on the same files.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .onnx._read.external import read_entries
-from .onnx._read.scan import scan_model
-from .onnx._read.sources import SourceFiles, is_inside, kernel_path
-from .onnx._read.tensors import is_external, iter_tensors
+from .._read.sources import is_inside, kernel_path
 
-__all__ = ["in_subgraph", "loader_verdicts", "references"]
+__all__ = ["LoaderVerdict", "in_subgraph", "loader_verdicts"]
 
 
 LOADERS = ("onnx", "onnxruntime", "onnx-ir")
 RULES = {"onnx": "onnx >= 1.21", "onnxruntime": "onnxruntime >= 1.24", "onnx-ir": "onnx-ir >= 1.1"}
 
 
-@dataclass
-class Verdict:
-    """Whether one loader accepts a model, and why not.
+@dataclass(frozen=True)
+class LoaderVerdict:
+    """Whether one loader will load a model's external data, and why not.
+
+    One of the ``loaders`` of a :class:`VerifyResult`: the rule of that
+    loader (read from its code, checked against the installed versions by
+    the tests) applied to every file the model's external references name,
+    without importing the loader.
 
     Attributes:
         loader: ``"onnx"``, ``"onnxruntime"`` or ``"onnx-ir"``.
-        rule: the versions the rule holds for (``"onnx >= 1.21"``).
-        reasons: why it refuses, one per cause (empty: it accepts).
+        rule: the versions the rule holds for, e.g. ``"onnx >= 1.21"``.
+        reasons: why it refuses, one line per cause, e.g. ``"m.onnx.data is a
+            symbolic link"``; empty when it accepts.
+
+    .. versionadded:: 0.1
     """
 
     loader: str
     rule: str
-    reasons: list[str] = field(default_factory=list)
+    reasons: tuple[str, ...] = ()
 
     @property
     def accepts(self) -> bool:
         """True when the loader accepts every reference of the model."""
         return not self.reasons
 
-    def as_dict(self) -> dict:
-        """The verdict as JSON: ``{"loader", "rule", "accepts", "reasons"}``."""
-        return {
-            "loader": self.loader,
-            "rule": self.rule,
-            "accepts": self.accepts,
-            "reasons": list(self.reasons),
-        }
-
 
 def in_subgraph(path: tuple) -> bool:
     """True for a tensor inside a graph attribute (an If, Loop or Scan body)."""
     return any(step[0] in ("g", "graphs") for step in path)
-
-
-def references(model_path: str) -> list[tuple[str, bool]]:
-    """``(location, in a subgraph)`` of every external reference, each pair once.
-
-    References into the ``.onnx`` file's own inline bytes (made by the scan)
-    are left out: they are not external data.
-
-    Raises:
-        FileNotFoundError, ValueError: the model itself cannot be read.
-    """
-    with SourceFiles() as files:
-        model, spans = scan_model(model_path, files)
-    found: dict[tuple[str, bool], None] = {}
-    for site in iter_tensors(model):
-        if not is_external(site.tensor):
-            continue
-        try:
-            entries = read_entries(site)
-        except ValueError:
-            continue  # verify reports the entry itself
-        if not spans.holds(entries):
-            found.setdefault((entries["location"], in_subgraph(site.path)), None)
-    return list(found)
 
 
 def _nlink(path: str) -> int:
@@ -171,27 +144,24 @@ def onnx_ir_refusal(folder: str, location: str) -> str | None:
 
 
 def loader_verdicts(
-    model_path: str | os.PathLike, found: list[tuple[str, bool]] | None = None
-) -> list[Verdict]:
+    model_path: str | os.PathLike, found: list[tuple[str, bool]]
+) -> tuple[LoaderVerdict, ...]:
     """What onnx, onnxruntime and onnx-ir will do with a model's external data.
 
     Args:
         model_path: the ``.onnx`` file, as the loader would be given it (its
             folder, not its resolved folder, is where references are read).
-        found: its references' ``(location, in a subgraph)`` pairs (as
-            :func:`references` gives them), when the caller has read them
-            already (``verify``'s own pass); None: read here.
+        found: its references' ``(location, in a subgraph)`` pairs, each once,
+            as ``verify``'s pass read them (references it refuses included,
+            when their location could be read).
 
     Returns:
-        One :class:`Verdict` per loader, in :data:`LOADERS` order.
-
-    Raises:
-        FileNotFoundError, ValueError: the model itself cannot be read.
+        One :class:`LoaderVerdict` per loader, in :data:`LOADERS` order.
     """
     path = kernel_path(model_path)
     folder = os.path.dirname(path)
-    verdicts = {name: Verdict(name, RULES[name]) for name in LOADERS}
-    for location, in_subgraph in references(path) if found is None else found:
+    reasons: dict[str, list[str]] = {name: [] for name in LOADERS}
+    for location, in_subgraph in found:
         try:
             refusals = {
                 "onnx": onnx_refusal(folder, location),
@@ -201,6 +171,6 @@ def loader_verdicts(
         except ValueError:  # a NUL byte: no system call takes the path
             refusals = dict.fromkeys(LOADERS, f"location {location!r} is not a valid path")
         for name, reason in refusals.items():
-            if reason is not None and reason not in verdicts[name].reasons:
-                verdicts[name].reasons.append(reason)
-    return [verdicts[name] for name in LOADERS]
+            if reason is not None and reason not in reasons[name]:
+                reasons[name].append(reason)
+    return tuple(LoaderVerdict(name, RULES[name], tuple(reasons[name])) for name in LOADERS)
