@@ -6,10 +6,10 @@ Inspect a model's weights and verify its references
 
 A model with external data is two files or more: the ``.onnx`` holds the graph
 and, for each big tensor, a reference (file, offset, length) into a weights
-file. ``onnx-light info`` lists those references and how they are aligned;
-``onnx-light verify`` checks that each one resolves and fits in its file,
-reading no weight. This page runs both from Python as ``python -m onnx_light``
-to show what they print (every option: :ref:`l-cli`).
+file. :func:`onnx_light.onnx.inspect_model` lists those references and how they
+are aligned; :func:`onnx_light.onnx.verify_model` checks that each one resolves
+and fits in its file, and which of onnx, onnxruntime and onnx-ir load the model,
+reading no weight. ``onnx-light info`` and ``verify`` print these objects.
 """
 
 # %%
@@ -18,11 +18,9 @@ to show what they print (every option: :ref:`l-cli`).
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -36,45 +34,47 @@ x = helper.make_tensor_value_info("X0", TensorProto.FLOAT, [1, 500])
 y = helper.make_tensor_value_info("X4", TensorProto.FLOAT, [1, 500])
 inits = [numpy_helper.from_array(w, f"W{i}") for i, w in enumerate(weights)]
 model = helper.make_model(helper.make_graph(nodes, "chain", [x], [y], inits))
-folder = Path(tempfile.mkdtemp())  # in real use, the model's own folder
-onnx.save(model, folder / "model.onnx", save_as_external_data=True, location="model.onnx.data")
-
-
-def onnx_light(*args: str) -> int:
-    """Run ``onnx-light ARGS`` in the model's folder, print what it says, return its exit code."""
-    command = [sys.executable, "-m", "onnx_light", *args]
-    proc = subprocess.run(command, cwd=folder, capture_output=True, text=True)
-    print(f"$ onnx-light {' '.join(args)}\n{proc.stdout}{proc.stderr}")
-    return proc.returncode
-
+folder = tempfile.mkdtemp()  # in real use, the model's own folder
+path = os.path.join(folder, "model.onnx")
+onnx.save(model, path, save_as_external_data=True, location="model.onnx.data")
 
 # %%
 # Where each tensor's bytes live; every reference valid
 # -----------------------------------------------------
 
-assert onnx_light("info", "model.onnx") == 0
-assert onnx_light("verify", "model.onnx") == 0
+info = onnxl.inspect_model(path)
+for t in info.tensors:
+    print(f"{t.name} {t.dtype} {list(t.shape)}: {t.location} at {t.offset}, {t.length} bytes")
+print("aligned to 4096:", info.aligned_to(4096), "- on disk:", info.files[0].file_size)
+check = onnxl.verify_model(path)
+for v in check.loaders:
+    print(v.rule, "accepts" if v.accepts else "refuses: " + "; ".join(v.reasons))
+assert check.valid and check.loadable and check.external_tensors == 4
 
 # %%
 # A weights file cut short
 # ------------------------
 #
-# What an interrupted download leaves: ``verify`` names each tensor that no longer
-# fits, and exits with 1; :func:`onnx_light.onnx.load` makes the same check first.
+# What an interrupted download leaves: ``verify_model`` names each tensor that no
+# longer fits (:func:`onnx_light.onnx.load` refuses the model with the same message).
 
-os.truncate(folder / "model.onnx.data", 2_500_000)
-assert onnx_light("verify", "model.onnx") == 1
-try:
-    onnxl.load(folder / "model.onnx")
-except onnxl.ExternalDataError as error:
-    print("onnx_light.onnx.load:", error)
+cut = 2_500_000
+os.truncate(os.path.join(folder, "model.onnx.data"), cut)
+check = onnxl.verify_model(path)
+print("\n".join(check.problems))
+assert not check.valid and len(check.problems) == 2
 shutil.rmtree(folder)
 
 # %%
-# In a shell, or a script (``--json`` prints one JSON document instead):
-#
-# .. code-block:: bash
-#
-#    onnx-light info model.onnx
-#    onnx-light verify model.onnx || echo "a reference is broken"
-#    onnx-light verify --json model.onnx
+# Each tensor's range in the weights file, against what is left of it:
+
+for i, t in enumerate(info.tensors):
+    refused = t.offset + t.length > cut
+    plt.barh(i, t.length / 1e6, left=t.offset / 1e6, color="C3" if refused else "C0")
+plt.axvline(cut / 1e6, color="black", linestyle="--")
+plt.yticks(range(len(info.tensors)), [t.name for t in info.tensors])
+plt.xlabel("MB of model.onnx.data (dashed: where it now ends; red: refused)")
+
+# %%
+# In a shell: ``onnx-light info model.onnx``, ``onnx-light verify model.onnx`` (exit
+# code 1 when a reference is broken; ``--json``: these objects as JSON; :ref:`l-cli`).
