@@ -102,7 +102,14 @@ def test_conditions(bench):
     assert all(op in suite.LABELS for op in ops)
 
 
+@pytest.mark.skipif(
+    os.environ.get("ONNX_LIGHT_CGROUP") != "1",
+    reason="creates a memory cgroup of its own under /sys/fs/cgroup, as benchmarks/run.py "
+    "--cgroup does: set ONNX_LIGHT_CGROUP=1 to run it (root needed)",
+)
 def test_cgroup_oom_kills(bench):
+    """The cgroup rows' limit holds: a child over it is OOM-killed, and the cgroup is
+    removed after (opt-in, as the rows are: ``make test`` writes nothing under /sys)."""
     cgroup = bench["cgroup"]
     reason = cgroup.cgroup_unavailable()
     if reason:
