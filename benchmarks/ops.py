@@ -464,10 +464,11 @@ def cp(p: Paths, out: str) -> Case:
     return Case(lambda: subprocess.run(["cp", p.two_data, dst], check=True), [dst])
 
 
-def _light_align_with(src: str, out: str, **kwargs) -> Case:
+def _light_align_with(src: str, out: str, **settings) -> Case:
     dst = os.path.join(out, MODEL)
+    opts = onnxl.WriteOptions(**settings)
     return Case(
-        lambda: onnxl.align_external_data_streaming(src, dst, DATA, ALIGNMENT, **kwargs),
+        lambda: onnxl.align_external_data_streaming(src, dst, DATA, ALIGNMENT, options=opts),
         [dst, os.path.join(out, DATA)],
     )
 

@@ -374,3 +374,32 @@ def hf_snapshot(root, layout: str):
         os.replace(work / "model.onnx_data", blobs / "bbbb2222")
         os.symlink(os.path.join(up, "bbbb2222"), snap / "model.onnx_data")
     return snap / "model.onnx", tensor_bytes(model)
+
+
+# the settings every writer takes in options=WriteOptions(...)
+WRITE_SETTINGS = frozenset(
+    {
+        "alignment",
+        "size_threshold",
+        "max_shard_size",
+        "shard_naming",
+        "chunk_size",
+        "num_threads",
+        "durable",
+        "drop_behind",
+        "remove_unreferenced",
+        "progress",
+    }
+)
+
+
+def as_options(kwargs: dict, keep=()) -> dict:
+    """A writer's keywords with its settings moved into ``options=WriteOptions(...)``
+    (building it checks them, as the writer does); those named in ``keep`` stay
+    keywords (``align_external_data_streaming``'s ``alignment`` and ``chunk_size``,
+    which the original API passes)."""
+    from onnx_light.onnx import WriteOptions
+
+    moved = {k: v for k, v in kwargs.items() if k in WRITE_SETTINGS and k not in keep}
+    rest = {k: v for k, v in kwargs.items() if k not in moved}
+    return {**rest, "options": WriteOptions(**moved)} if moved else rest

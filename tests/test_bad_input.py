@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from helpers import folder_digest
+from helpers import as_options, folder_digest
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
@@ -465,6 +465,7 @@ def two_file(tmp_path):
 def _align(**kwargs):
     def run(path, out):
         args = {"alignment": 64, "chunk_size": 1000, **kwargs}
+        args = as_options(args, keep=("alignment", "chunk_size"))
         onnxl.align_external_data_streaming(path, out / "a.onnx", "a.data", **args)
 
     return run

@@ -337,7 +337,9 @@ def test_small_tensors_batched_between_copied_ones(tmp_path, alignment):
             order.append(copied[i // 6])
     del model.graph.initializer[:]
     model.graph.initializer.extend(order)
-    onnxl.save_edited(model, src, tmp_path / "out.onnx", alignment=alignment)
+    onnxl.save_edited(
+        model, src, tmp_path / "out.onnx", options=onnxl.WriteOptions(alignment=alignment)
+    )
     saved = {t.name: onh.to_array(t) for t in onnx.load(tmp_path / "out.onnx").graph.initializer}
     for i in range(700):
         expected = values[i].astype(np.float16) if i < 600 else values[i]

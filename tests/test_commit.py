@@ -16,13 +16,14 @@ import subprocess
 
 import numpy as np
 import pytest
-from helpers import folder_digest, read_back, save_two_file
+from helpers import as_options, folder_digest, read_back, save_two_file
 
 import onnx_light.onnx as onnxl
 from onnx_light.onnx._commit import atomic as _atomic
 
 
 def _align(src, dst, weights, **kw):
+    kw = as_options(kw, keep=("alignment", "chunk_size"))  # the settings in options=
     return onnxl.align_external_data_streaming(src, dst, weights, **kw)
 
 

@@ -137,11 +137,13 @@ def test_clipped_values_are_counted_per_tensor(tmp_path):
 
 def test_bytes_read_and_written(tmp_path):
     src = _model(tmp_path, topk=False)
-    result = onnxl.convert_float_to_float16(src, tmp_path / "m16.onnx", alignment=0)
+    result = onnxl.convert_float_to_float16(
+        src, tmp_path / "m16.onnx", options=onnxl.WriteOptions(alignment=0)
+    )
     weights = (64 * 128 + 128 * 32) * 4  # W1 and W2 (B1, 512 bytes, is inline)
     assert result.converted == 2 and result.converted_inline == 1
     assert result.bytes_read == weights and result.bytes_written == weights // 2
-    assert result.size == os.path.getsize(tmp_path / "m16.onnx.data") == weights // 2
+    assert result.bytes_written == os.path.getsize(tmp_path / "m16.onnx.data") == weights // 2
     assert result.weights_paths == [str(tmp_path / "m16.onnx.data")]
 
 
@@ -158,7 +160,9 @@ def test_in_place_one_commit_and_the_old_weights_reported(tmp_path):
         k: onh.to_array(v).tobytes() for k, v in b.items()
     }
     again = _model(tmp_path / ".." / tmp_path.name, name="second.onnx")
-    pruned = onnxl.convert_float_to_float16(again, again, remove_unreferenced=True)
+    pruned = onnxl.convert_float_to_float16(
+        again, again, options=onnxl.WriteOptions(remove_unreferenced=True)
+    )
     assert not pruned.unreferenced or pruned.removed == pruned.unreferenced
 
 
@@ -193,7 +197,9 @@ def test_bad_settings_are_refused(tmp_path):
     with pytest.raises(ValueError, match="max_finite_val"):
         onnxl.convert_float_to_float16(src, tmp_path / "a.onnx", max_finite_val=1e5)
     with pytest.raises(TypeError, match="progress"):
-        onnxl.convert_float_to_float16(src, tmp_path / "a.onnx", progress=3)
+        onnxl.convert_float_to_float16(
+            src, tmp_path / "a.onnx", options=onnxl.WriteOptions(progress=3)
+        )
     with pytest.raises(FileNotFoundError):
         onnxl.convert_float_to_float16(tmp_path / "missing.onnx", tmp_path / "a.onnx")
     assert not (tmp_path / "a.onnx").exists()
@@ -202,7 +208,9 @@ def test_bad_settings_are_refused(tmp_path):
 def test_progress_reaches_the_total(tmp_path):
     calls = []
     onnxl.convert_float_to_float16(
-        _model(tmp_path), tmp_path / "m16.onnx", progress=lambda d, t: calls.append((d, t))
+        _model(tmp_path),
+        tmp_path / "m16.onnx",
+        options=onnxl.WriteOptions(progress=lambda d, t: calls.append((d, t))),
     )
     assert calls and calls[-1][0] == calls[-1][1] > 0
     assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))
@@ -354,9 +362,11 @@ def test_inline_tensors_under_the_threshold_stay_inline(tmp_path):
     """With a threshold above every tensor, the converted model stays one file; its
     values are onnxruntime's converter's."""
     src = _single_file(tmp_path)
-    result = onnxl.convert_float_to_float16(src, tmp_path / "o.onnx", size_threshold=1 << 20)
+    result = onnxl.convert_float_to_float16(
+        src, tmp_path / "o.onnx", options=onnxl.WriteOptions(size_threshold=1 << 20)
+    )
     assert sorted(os.listdir(tmp_path)) == ["o.onnx", "single.onnx"]
-    assert result.weights_paths == [] and result.size == 0
+    assert result.weights_paths == [] and result.bytes_written == 0
     model = onnx.load(tmp_path / "o.onnx", load_external_data=False)
     assert all(t.data_location != onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
     expected = float16.convert_float_to_float16(onnx.load(src))
@@ -370,7 +380,9 @@ def test_inline_tensors_under_the_threshold_stay_inline(tmp_path):
 def test_inline_tensors_at_the_threshold_move_out(tmp_path):
     """With a threshold under both tensors, they move to the weights file as before."""
     src = _single_file(tmp_path)
-    result = onnxl.convert_float_to_float16(src, tmp_path / "o.onnx", size_threshold=1024)
+    result = onnxl.convert_float_to_float16(
+        src, tmp_path / "o.onnx", options=onnxl.WriteOptions(size_threshold=1024)
+    )
     assert result.weights_paths == [str(tmp_path / "o.onnx.data")]
     model = onnx.load(tmp_path / "o.onnx", load_external_data=False)
     assert all(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)

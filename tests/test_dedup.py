@@ -116,7 +116,9 @@ def test_in_place_shares_and_lists_then_removes_the_old_files(tmp_path):
         assert read_back(p) == exp
     # again, into another file, removing what the models read before (shared.data);
     # the files the first call left are not this call's to remove
-    again = onnxl.deduplicate_external_data(srcs, srcs, "shared2.data", remove_unreferenced=True)
+    again = onnxl.deduplicate_external_data(
+        srcs, srcs, "shared2.data", options=onnxl.WriteOptions(remove_unreferenced=True)
+    )
     assert [os.path.basename(p) for p in again.removed] == ["shared.data"]
     assert sorted(os.listdir(tmp_path / "m")) == [
         "a.onnx",
@@ -242,7 +244,7 @@ def test_progress_covers_the_comparison_then_the_writing(tmp_path):
         srcs,
         [tmp_path / "out" / "a.onnx", tmp_path / "out" / "b.onnx"],
         "w.data",
-        progress=lambda done, total: calls.append((done, total)),
+        options=onnxl.WriteOptions(progress=lambda done, total: calls.append((done, total))),
     )
     dones = [d for d, _ in calls]
     assert dones == sorted(dones) and calls[-1][0] == calls[-1][1]  # never back, ends full
@@ -290,7 +292,9 @@ def test_a_safetensors_file_the_old_model_read_is_never_pruned(tmp_path):
         [tmp_path / "single.onnx"], [src], "m.onnx.data", reuse=[folder / "model.safetensors"]
     )
     assert {loc for loc, _, _ in external_offsets(src)} == {"model.safetensors"}
-    result = onnxl.deduplicate_external_data([src], [src], "w.data", remove_unreferenced=True)
+    result = onnxl.deduplicate_external_data(
+        [src], [src], "w.data", options=onnxl.WriteOptions(remove_unreferenced=True)
+    )
     assert result.removed == [] and result.unreferenced == []
     assert (folder / "model.safetensors").exists()
     assert read_back(src) == read_back(tmp_path / "single.onnx")
@@ -342,7 +346,7 @@ def test_progress_total_is_near_what_the_call_reads_and_writes(tmp_path):
     result = onnxl.deduplicate_external_data(
         srcs,
         [tmp_path / "out" / "a.onnx", tmp_path / "out" / "b.onnx"],
-        progress=lambda done, total: calls.append((done, total)),
+        options=onnxl.WriteOptions(progress=lambda done, total: calls.append((done, total))),
     )
     # what the call has to do: read each tensor of both models once, write the unique ones
     work = result.bytes_before + result.bytes_written

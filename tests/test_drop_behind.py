@@ -59,10 +59,15 @@ def test_drop_behind_leaves_neither_file_in_the_page_cache(model, tmp_path, dedu
         assert resident(data) > 20 * MiB  # the source sits in the cache
         if dedup:
             onnxl.deduplicate_external_data(
-                [model], [out / "m.onnx"], "m.onnx.data", drop_behind=drop
+                [model],
+                [out / "m.onnx"],
+                "m.onnx.data",
+                options=onnxl.WriteOptions(drop_behind=drop),
             )
         else:
-            onnxl.align_external_data_streaming(model, out / "m.onnx", drop_behind=drop)
+            onnxl.align_external_data_streaming(
+                model, out / "m.onnx", options=onnxl.WriteOptions(drop_behind=drop)
+            )
         results[drop] = (resident(data), resident(out / "m.onnx.data"))
         assert read_back(out / "m.onnx") == expected
     kept_src, kept_dst = results[False]
@@ -79,7 +84,9 @@ def test_drop_behind_gives_the_same_bytes_with_every_copy_method(model, tmp_path
         with monkeypatch.context() as m:
             for other in {"copy_file_range", "splice"} - {method}:
                 m.delattr(os, other, raising=False)
-            onnxl.align_external_data_streaming(model, out / "m.onnx", drop_behind=True)
+            onnxl.align_external_data_streaming(
+                model, out / "m.onnx", options=onnxl.WriteOptions(drop_behind=True)
+            )
         assert read_back(out / "m.onnx") == expected, method
     plain = tmp_path / "plain"
     plain.mkdir()
@@ -151,7 +158,7 @@ def test_dedup_drops_what_it_only_read_to_compare(model, tmp_path):
         [model, folder / "b.onnx"],
         [tmp_path / "out" / "m.onnx", tmp_path / "out" / "b.onnx"],
         "w.data",
-        drop_behind=True,
+        options=onnxl.WriteOptions(drop_behind=True),
     )
     assert resident(folder / "b.onnx.data") < 2 * MiB  # compared, then dropped
     assert resident(folder / "m.onnx.data") < 2 * MiB

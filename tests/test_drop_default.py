@@ -181,6 +181,6 @@ def test_an_explicit_drop_behind_is_never_second_guessed(model, tmp_path, monkey
     for flag in (True, False):
         (tmp_path / str(flag)).mkdir()
         onnxl.align_external_data_streaming(
-            model, tmp_path / str(flag) / "m.onnx", drop_behind=flag
+            model, tmp_path / str(flag) / "m.onnx", options=onnxl.WriteOptions(drop_behind=flag)
         )
     assert seen == []

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from helpers import save_two_file
+from helpers import as_options, save_two_file
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_light.onnx as onnxl
@@ -29,6 +29,7 @@ from onnx_light.onnx._read.tensors import _BITS, _onnx_bits, tensor_nbytes, type
 
 
 def _align(src, dst, weights, **kw):
+    kw = as_options(kw, keep=("alignment", "chunk_size"))  # the settings in options=
     return onnxl.align_external_data_streaming(src, dst, weights, **kw)
 
 

@@ -115,7 +115,8 @@ def test_new_files_are_not_flushed_unless_durable(tmp_path):
     durable = _trace(
         tmp_path,
         "import onnx_light.onnx as o\n"
-        f"o.align_external_data_streaming({str(src)!r}, {str(dst2)!r}, durable=True)\n",
+        f"o.align_external_data_streaming({str(src)!r}, {str(dst2)!r}, "
+        "options=o.WriteOptions(durable=True))\n",
     )
     _check_order(durable, str((tmp_path / "out").resolve()))
     assert read_back(dst2) == expected
@@ -156,10 +157,9 @@ def test_the_command_line_flag_makes_a_new_folder_durable(tmp_path):
 _WRITERS = {
     "save": "o.save(o.load(SRC), DST, location='a.data', options=OPTS)",
     "SerializeToFile": "o.load(SRC).SerializeToFile(DST, OPTS, 'a.data')",
-    "align": "o.align_external_data_streaming(SRC, DST, durable=OPTS.durable)",
-    "dedup": "o.deduplicate_external_data([SRC], [DST], 'w.data', durable=OPTS.durable)",
-    "save_edited": "o.save_edited(o.load(SRC, load_external_data=False), SRC, DST, "
-    "durable=OPTS.durable)",
+    "align": "o.align_external_data_streaming(SRC, DST, options=OPTS)",
+    "dedup": "o.deduplicate_external_data([SRC], [DST], 'w.data', options=OPTS)",
+    "save_edited": "o.save_edited(o.load(SRC, load_external_data=False), SRC, DST, options=OPTS)",
     "shared save": "m = o.load(SRC, load_external_data=False)\n"
     "m.graph.initializer.append(o.numpy_helper.from_array(np.ones(4096, np.float32), 'new'))\n"
     "o.save_model_with_shared_external_data(m, VARIANT, options=OPTS)",

@@ -157,7 +157,7 @@ def test_unreferenced_weights_are_left_out(source, tmp_path):
     path, _ = source
     light, _ = _edit_both(path, "extractor")
     dst = tmp_path / "half.onnx"
-    onnxl.save_edited(light, path, dst, alignment=0)
+    onnxl.save_edited(light, path, dst, options=onnxl.WriteOptions(alignment=0))
     kept = {name.split(".")[-1] for name in read_back(dst)}
     assert len(external_offsets(dst)) == 4
     assert os.path.getsize(tmp_path / "half.onnx.data") == 2 * (DIM * DIM + DIM) * 4
@@ -186,7 +186,9 @@ def test_new_inline_tensor_goes_to_a_new_small_file(source):
     model.graph.node.append(onnx.helper.make_node("MatMul", ["Y", "W_new"], ["Z"]))
     model.graph.output[0].name = "Z"
     dst = path.parent / "extended.onnx"
-    size = onnxl.save_edited(model, path, dst, share_weights=True, alignment=0)
+    size = onnxl.save_edited(
+        model, path, dst, share_weights=True, options=onnxl.WriteOptions(alignment=0)
+    )
     assert size == w.nbytes == os.path.getsize(path.parent / "extended.onnx.data")
     locations = [loc for loc, _, _ in external_offsets(dst)]
     assert locations.count("extended.onnx.data") == 1
@@ -280,9 +282,11 @@ def test_progress_and_shards(source, tmp_path):
         model,
         path,
         tmp_path / "sharded.onnx",
-        alignment=0,
-        max_shard_size=2 * DIM * DIM * 4,
-        progress=lambda done, total: calls.append((done, total)),
+        options=onnxl.WriteOptions(
+            alignment=0,
+            max_shard_size=2 * DIM * DIM * 4,
+            progress=lambda done, total: calls.append((done, total)),
+        ),
     )
     assert calls[-1] == (size, size)
     shards = sorted(p.name for p in tmp_path.glob("sharded-*.onnx.data"))
@@ -526,7 +530,9 @@ def _bias_and_table(folder) -> tuple[str, np.ndarray]:
         size_threshold=0,
     )
     dst = os.path.join(folder, "m.onnx")
-    onnxl.deduplicate_external_data([os.path.join(raw, "m.onnx")], [dst], size_threshold=0)
+    onnxl.deduplicate_external_data(
+        [os.path.join(raw, "m.onnx")], [dst], options=onnxl.WriteOptions(size_threshold=0)
+    )
     places = {loc_off for loc_off in external_offsets(dst)}
     assert len(places) == 1  # one range, read by both tensors
     return dst, table

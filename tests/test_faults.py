@@ -22,8 +22,8 @@ import threading
 
 import onnx
 import pytest
+from helpers import as_options, folder_digest, read_back, save_two_file, tensor_bytes, uint8_model
 from helpers import assert_clean_failure as _one_line
-from helpers import folder_digest, read_back, save_two_file, tensor_bytes, uint8_model
 from helpers import run_cli as _cli
 from helpers import two_file_pair as _pair
 
@@ -37,6 +37,7 @@ MB = 1024 * 1024
 
 
 def _align(src, dst, weights, **kw):
+    kw = as_options(kw, keep=("alignment", "chunk_size"))  # the settings in options=
     return onnxl.align_external_data_streaming(src, dst, weights, **kw)
 
 
@@ -329,7 +330,8 @@ _SLOW_ALIGN = textwrap.dedent(
 
     src, dst, weights = sys.argv[1:]
     onnxl.align_external_data_streaming(
-        src, dst, weights, 4096, 64 * 1024, progress=progress, rewrite=True
+        src, dst, weights, 4096, 64 * 1024, options=onnxl.WriteOptions(progress=progress),
+        rewrite=True
     )
     print("finished", flush=True)
     """
@@ -405,7 +407,12 @@ def test_source_truncated_while_copying(src, tmp_path, monkeypatch, method):
 
     with pytest.raises(TruncatedFileError) as info:
         onnxl.align_external_data_streaming(
-            path, dst / "d.onnx", "d.data", 4096, 64 * 1024, progress=progress
+            path,
+            dst / "d.onnx",
+            "d.data",
+            4096,
+            64 * 1024,
+            options=onnxl.WriteOptions(progress=progress),
         )
     assert isinstance(info.value, OSError) and isinstance(info.value, EOFError)
     assert "'W2'" in str(info.value) and "m.onnx.data" in str(info.value)
@@ -446,7 +453,12 @@ def test_source_replaced_while_copying(src, tmp_path):
             os.replace(other, data)
 
     onnxl.align_external_data_streaming(
-        path, dst / "d.onnx", "d.data", 4096, 64 * 1024, progress=progress
+        path,
+        dst / "d.onnx",
+        "d.data",
+        4096,
+        64 * 1024,
+        options=onnxl.WriteOptions(progress=progress),
     )
     assert read_back(dst / "d.onnx") == tensors
 

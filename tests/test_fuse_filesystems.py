@@ -267,7 +267,7 @@ def test_align_in_place_into_shards(folder):
             folder / "m.onnx",
             "m.onnx.data",
             alignment=4096,
-            max_shard_size=4 * 4096,
+            options=onnxl.WriteOptions(max_shard_size=4 * 4096),
         )
         _check(folder / "m.onnx", expected, 4096)
     shards = {f"m-{i:05d}-of-00005.onnx.data" for i in range(1, 6)}

@@ -67,7 +67,9 @@ def test_in_place_keeps_the_shard_names_and_naming(tmp_path):
     before = sorted(os.listdir(tmp_path))
     assert "model.onnx_data_1" in before
     path = tmp_path / "model.onnx"
-    result = onnxl.align_external_data_streaming(path, path, alignment=0, max_shard_size=8 * KiB)
+    result = onnxl.align_external_data_streaming(
+        path, path, alignment=0, options=onnxl.WriteOptions(max_shard_size=8 * KiB)
+    )
     assert sorted(os.listdir(tmp_path)) == before and result.unreferenced == []
     assert read_back(path) == tensor_bytes(model)
 
@@ -157,7 +159,9 @@ def test_in_place_relayout_keeps_the_exporters_shard_name(tmp_path, folder):
     onnxl.save(model, path, folder + "weights.bin", options=opts)
     old = [f"{folder}weights-{i:05d}-of-00004.bin" for i in range(1, 5)]
     assert sorted({loc for loc, _, _ in external_offsets(path)}) == old
-    result = onnxl.align_external_data_streaming(path, path, max_shard_size=8000)
+    result = onnxl.align_external_data_streaming(
+        path, path, options=onnxl.WriteOptions(max_shard_size=8000)
+    )
     new = [f"{folder}weights-00001-of-00002.bin", f"{folder}weights-00002-of-00002.bin"]
     assert sorted({loc for loc, _, _ in external_offsets(path)}) == new
     assert result.unreferenced == [str(tmp_path / name) for name in old]

@@ -206,7 +206,11 @@ def test_interrupt_leaves_old_or_new(case, model, tmp_path):
 
     def call(progress) -> None:
         onnxl.align_external_data_streaming(
-            src, dst, "m.onnx.data", DST_ALIGN, progress=progress, max_shard_size=dst_shard
+            src,
+            dst,
+            "m.onnx.data",
+            DST_ALIGN,
+            options=onnxl.WriteOptions(progress=progress, max_shard_size=dst_shard),
         )
 
     def reset() -> None:
@@ -337,7 +341,9 @@ def test_interrupted_dedup_leaves_old_or_new(in_place, model, tmp_path):
     dsts = srcs if in_place else [os.path.join(work, "out", f"{n}.onnx") for n in "ab"]
 
     def call(progress) -> None:
-        onnxl.deduplicate_external_data(srcs, dsts, "shared.data", progress=progress)
+        onnxl.deduplicate_external_data(
+            srcs, dsts, "shared.data", options=onnxl.WriteOptions(progress=progress)
+        )
 
     _old_or_new(call, template, work, (dsts[0], weights), 77 + in_place)
 
@@ -358,7 +364,9 @@ def test_interrupted_convert_leaves_old_or_new(in_place, model, tmp_path):
     dst = src if in_place else os.path.join(work, "out", "m.onnx")
 
     def call(progress) -> None:
-        onnxl.convert_float_to_float16(src, dst, "m.onnx.data", progress=progress)
+        onnxl.convert_float_to_float16(
+            src, dst, "m.onnx.data", options=onnxl.WriteOptions(progress=progress)
+        )
 
     half = {n: a.astype(np.float16) for n, a in weights.items()}
     _old_or_new(call, template, work, (dst, half), 91 + in_place)

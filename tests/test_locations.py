@@ -14,8 +14,8 @@ import os
 
 import onnx
 import pytest
+from helpers import as_options, read_back, save_two_file, tensor_bytes
 from helpers import assert_clean_failure as _one_line
-from helpers import read_back, save_two_file, tensor_bytes
 from helpers import run_cli as _cli
 from helpers import uint8_model as _model
 
@@ -24,6 +24,7 @@ from onnx_light.cli import main
 
 
 def _align(src, dst, weights, **kw):
+    kw = as_options(kw, keep=("alignment", "chunk_size"))  # the settings in options=
     return onnxl.align_external_data_streaming(src, dst, weights, **kw)
 
 

@@ -142,7 +142,10 @@ def test_dedup_in_place_prune_keeps_it(folder):
 
     def call():
         result = onnxl.deduplicate_external_data(
-            [m / "a.onnx"], [m / "a.onnx"], "w.data", remove_unreferenced=True
+            [m / "a.onnx"],
+            [m / "a.onnx"],
+            "w.data",
+            options=onnxl.WriteOptions(remove_unreferenced=True),
         )
         assert result.removed == [] and str(m / "a.onnx.data") not in result.unreferenced
 
@@ -154,7 +157,10 @@ def test_align_in_place_prune_keeps_it(folder):
 
     def call():
         result = onnxl.align_external_data_streaming(
-            m / "a.onnx", m / "a.onnx", "new.data", remove_unreferenced=True
+            m / "a.onnx",
+            m / "a.onnx",
+            "new.data",
+            options=onnxl.WriteOptions(remove_unreferenced=True),
         )
         assert result.removed == [] and result.unreferenced == []
 
@@ -183,7 +189,10 @@ def test_without_the_other_reader_the_old_file_is_pruned(tmp_path):
     model = uint8_model(2, 6000)
     save_two_file(model, tmp_path / "a.onnx", size_threshold=0)
     result = onnxl.align_external_data_streaming(
-        tmp_path / "a.onnx", tmp_path / "a.onnx", "new.data", remove_unreferenced=True
+        tmp_path / "a.onnx",
+        tmp_path / "a.onnx",
+        "new.data",
+        options=onnxl.WriteOptions(remove_unreferenced=True),
     )
     assert result.removed == [str(tmp_path / "a.onnx.data")]
     assert not (tmp_path / "a.onnx.data").exists()
@@ -243,7 +252,7 @@ def test_in_place_never_replaces_another_model_it_reads(tmp_path, capsys, how):
     assert folder_digest(tmp_path) == before
     assert onnxl.load(tmp_path / "base.onnx") is not None
     # and with the default name, in place: the view gets its own weights file
-    onnxl.align_external_data_streaming(v, v, remove_unreferenced=True)
+    onnxl.align_external_data_streaming(v, v, options=onnxl.WriteOptions(remove_unreferenced=True))
     assert sorted(os.listdir(tmp_path)) == ["base.onnx", "view.onnx", "view.onnx.data"]
     assert folder_digest(tmp_path)["base.onnx"] == before["base.onnx"]
 

@@ -34,7 +34,7 @@ from helpers import (
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx import _io
+from onnx_light.onnx import _pipeline
 from onnx_light.onnx._plan.layout import MAX_FILE_SIZE, plan_layout, plan_shards
 from onnx_light.onnx._plan.planner import EXTERNAL_FATE, Fate, Kind, Mode, decide
 
@@ -144,7 +144,7 @@ def test_external_bytes_brought_inline_count_towards_the_single_file_limit(tmp_p
     save_two_file(uint8_model(2, 6000), src / "m.onnx", size_threshold=0)
     meta = onnxl.load(src / "m.onnx", load_external_data=False)
     meta.graph.initializer.append(numpy_helper.from_array(np.zeros(3000, np.uint8), "small"))
-    monkeypatch.setattr(_io, "PROTOBUF_LIMIT", 10_000)
+    monkeypatch.setattr(_pipeline, "PROTOBUF_LIMIT", 10_000)
     out = tmp_path / "out"
     out.mkdir()
     opts = onnxl.SerializeOptions(use_external_data_location=False, base_dir=src)
@@ -250,7 +250,7 @@ def test_empty_tensor_goes_to_external_data_with_threshold_0(tmp_path):
     np.testing.assert_array_equal(_ort(tmp_path / "m.onnx")[0], np.arange(16).reshape(4, 4))
     # re-aligned with every tensor moving: the same reference of length 0
     result = onnxl.align_external_data_streaming(
-        tmp_path / "m.onnx", tmp_path / "a.onnx", size_threshold=0
+        tmp_path / "m.onnx", tmp_path / "a.onnx", options=onnxl.WriteOptions(size_threshold=0)
     )
     assert (result.moved, result.inline) == (2, 0)
     assert external_places(tmp_path / "a.onnx")["E"] == ("a.onnx.data", 0, 0)
@@ -328,7 +328,10 @@ def test_tensors_of_exactly_inline_below_bytes(tmp_path, limit):
     model = _uint8([limit, limit - 1])
     onnx.save(model, str(tmp_path / "single.onnx"))
     result = onnxl.align_external_data_streaming(
-        tmp_path / "single.onnx", tmp_path / "a.onnx", size_threshold=0, inline_below=limit
+        tmp_path / "single.onnx",
+        tmp_path / "a.onnx",
+        inline_below=limit,
+        options=onnxl.WriteOptions(size_threshold=0),
     )
     assert (result.moved, result.inline, result.inlined) == (1, 1, 0)
     assert external_places(tmp_path / "a.onnx") == {"W0": ("a.onnx.data", 0, limit)}
@@ -365,7 +368,10 @@ def test_align_counts_small_raw_and_typed_tensors_it_moves(tmp_path, capsys):
     model = _small_tensors_model()
     onnx.save(model, str(tmp_path / "m.onnx"))
     result = onnxl.align_external_data_streaming(
-        tmp_path / "m.onnx", tmp_path / "a.onnx", size_threshold=0, alignment=64
+        tmp_path / "m.onnx",
+        tmp_path / "a.onnx",
+        alignment=64,
+        options=onnxl.WriteOptions(size_threshold=0),
     )
     assert (result.moved, result.typed, result.inline, result.inlined) == (3, 1, 0, 0)
     assert external_places(tmp_path / "a.onnx") == {

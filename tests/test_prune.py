@@ -45,7 +45,7 @@ def test_dedup_prune_keeps_files_when_a_model_cannot_be_read(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = onnxl.deduplicate_external_data(
-            [path], [path], "shared.data", remove_unreferenced=True
+            [path], [path], "shared.data", options=onnxl.WriteOptions(remove_unreferenced=True)
         )
     assert result.unreferenced == result.removed == []
     assert (tmp_path / "m.onnx.data").exists()
@@ -61,22 +61,17 @@ def test_dedup_prune_keeps_files_when_a_model_cannot_be_read(tmp_path):
 
 def _prune_in_place(writer, path):
     if writer == "align":
-        onnxl.align_external_data_streaming(path, path, "new.data", remove_unreferenced=True)
+        onnxl.align_external_data_streaming(
+            path, path, "new.data", options=onnxl.WriteOptions(remove_unreferenced=True)
+        )
     else:
-        onnxl.deduplicate_external_data([path], [path], "new.data", remove_unreferenced=True)
-
-
-_DEDUP_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="bug: dedup's prune warning points into onnx_light/onnx/_dedup.py, not at the "
-    "caller's line: _prune.unreferenced warns with stacklevel=3, right for "
-    "align_external_data_streaming (which calls it), one frame short for "
-    "deduplicate_external_data -> _prune -> unreferenced",
-)
+        onnxl.deduplicate_external_data(
+            [path], [path], "new.data", options=onnxl.WriteOptions(remove_unreferenced=True)
+        )
 
 
 # not run by make mutate: mutmut's trampolines add a frame to every mutated function
-@pytest.mark.parametrize("writer", ["align", pytest.param("dedup", marks=_DEDUP_BUG)])
+@pytest.mark.parametrize("writer", ["align", "dedup"])
 def test_prune_warning_points_at_the_caller(tmp_path, writer):
     """The warning of a prune that could not read a model names the caller's file, so a
     warnings filter or the default 'once per line' display applies to the user's call."""
@@ -97,7 +92,9 @@ def test_prune_goes_on_past_a_file_the_new_model_still_reads(tmp_path):
     model = uint8_model(2, 3000)
     save_two_file(model, tmp_path / "m.onnx", size_threshold=0, per_tensor=True)
     path = tmp_path / "m.onnx"
-    result = onnxl.align_external_data_streaming(path, path, "W0", remove_unreferenced=True)
+    result = onnxl.align_external_data_streaming(
+        path, path, "W0", options=onnxl.WriteOptions(remove_unreferenced=True)
+    )
     assert result.unreferenced == result.removed == [str(tmp_path / "W1")]
     assert sorted(os.listdir(tmp_path)) == ["W0", "m.onnx"]
     assert read_back(path) == tensor_bytes(model)

@@ -108,7 +108,9 @@ def test_backend_model_in_every_layout(source, tmp_path):
         assert onnxl.verify_model(path).problems == (), layout
         out = tmp_path / f"out-{layout}"
         out.mkdir()
-        onnxl.align_external_data_streaming(path, out / "a.onnx", "a.data", 4096, size_threshold=0)
+        onnxl.align_external_data_streaming(
+            path, out / "a.onnx", "a.data", 4096, options=onnxl.WriteOptions(size_threshold=0)
+        )
         assert read_back(out / "a.onnx") == expected, layout
         assert all(offset % 4096 == 0 for _, offset, _ in external_offsets(out / "a.onnx"))
         onnx.checker.check_model(str(out / "a.onnx"))

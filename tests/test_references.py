@@ -18,9 +18,9 @@ import os
 import numpy as np
 import onnx
 import pytest
+from helpers import as_options, folder_digest, read_back, tensor_bytes
 from helpers import assert_clean_failure as _one_line
 from helpers import external_tensor as _ext_tensor
-from helpers import folder_digest, read_back, tensor_bytes
 from helpers import model_from_initializer_bytes as _raw_model
 from helpers import run_cli as _cli
 from helpers import uint8_model as _model
@@ -30,6 +30,7 @@ import onnx_light.onnx as onnxl
 
 
 def _align(src, dst, weights, **kw):
+    kw = as_options(kw, keep=("alignment", "chunk_size"))  # the settings in options=
     return onnxl.align_external_data_streaming(src, dst, weights, **kw)
 
 

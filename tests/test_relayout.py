@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import pytest
 from helpers import (
+    as_options,
     external_offsets,
     folder_digest,
     make_runnable_model,
@@ -57,7 +58,7 @@ def _locations(path) -> set[str]:
 def _four_shards(model, path) -> None:
     save_two_file(model, path, size_threshold=0)
     first = onnxl.align_external_data_streaming(
-        path, path, max_shard_size=8 * KiB, remove_unreferenced=True
+        path, path, options=onnxl.WriteOptions(max_shard_size=8 * KiB, remove_unreferenced=True)
     )
     assert first.removed == [str(path) + ".data"] and _locations(path) == set(SHARDS4)
 
@@ -86,14 +87,15 @@ def test_in_place_relayout_reports_left_over_files(tmp_path, layout, remove):
     setup(model, path)
     old_paths = sorted(str(tmp_path / name) for name in old)
     old_bytes = {name: (tmp_path / name).read_bytes() for name in old}
-    result = onnxl.align_external_data_streaming(path, path, remove_unreferenced=remove, **kwargs)
+    kwargs = as_options({**kwargs, "remove_unreferenced": remove}, keep=("alignment",))
+    result = onnxl.align_external_data_streaming(path, path, **kwargs)
     assert sorted(result.unreferenced) == old_paths
     assert _locations(path).isdisjoint(old)
     assert sorted(result.removed) == (old_paths if remove else [])
     if not remove:
         assert {n: (tmp_path / n).read_bytes() for n in old} == old_bytes
     written = sum(os.path.getsize(p) for p in result.weights_paths)
-    assert int(result) == result.size == written and result == written
+    assert int(result) == result.bytes_written == written and result == written
     assert sorted(os.listdir(tmp_path)) == sorted(
         [*(() if remove else old), "m.onnx", *map(os.path.basename, result.weights_paths)]
     )
@@ -123,7 +125,8 @@ def test_files_another_model_reads_are_kept(tmp_path, setup):
     model, path = uint8_model(4, 5000), tmp_path / "m.onnx"
     gone, kwargs = setup(model, path)
     other = read_back(tmp_path / "v.onnx")
-    result = onnxl.align_external_data_streaming(path, path, remove_unreferenced=True, **kwargs)
+    kwargs = as_options({**kwargs, "remove_unreferenced": True}, keep=("alignment",))
+    result = onnxl.align_external_data_streaming(path, path, **kwargs)
     assert result.unreferenced == result.removed == [str(tmp_path / n) for n in gone]
     assert not any((tmp_path / n).exists() for n in gone)
     assert read_back(tmp_path / "v.onnx") == other
@@ -136,7 +139,7 @@ def test_new_destination_leaves_nothing_unreferenced(tmp_path):
     _four_shards(model, path)
     before = folder_digest(tmp_path)
     result = onnxl.align_external_data_streaming(
-        path, tmp_path / "n.onnx", remove_unreferenced=True
+        path, tmp_path / "n.onnx", options=onnxl.WriteOptions(remove_unreferenced=True)
     )
     assert result.unreferenced == result.removed == []
     assert {k: v for k, v in folder_digest(tmp_path).items() if k in before} == before
@@ -287,8 +290,7 @@ def test_transformers_js_shard_names(tmp_path, writer):
             tmp_path / "src.onnx",
             out / "model.onnx",
             *weights,
-            max_shard_size=8 * KiB,
-            shard_naming="transformers.js",
+            options=onnxl.WriteOptions(max_shard_size=8 * KiB, shard_naming="transformers.js"),
         )
         assert result.weights_paths == [str(out / n) for n in TJS]
     assert sorted(os.listdir(out)) == sorted(["model.onnx", *TJS])
@@ -304,7 +306,10 @@ def test_transformers_js_refuses_other_weights_names(tmp_path, name):
     before = folder_digest(tmp_path)
     with pytest.raises(ValueError, match="model.onnx_data"):
         onnxl.align_external_data_streaming(
-            tmp_path / "src.onnx", tmp_path / "model.onnx", name, shard_naming="transformers.js"
+            tmp_path / "src.onnx",
+            tmp_path / "model.onnx",
+            name,
+            options=onnxl.WriteOptions(shard_naming="transformers.js"),
         )
     opts = onnxl.SerializeOptions(shard_naming="transformers.js")
     with pytest.raises(ValueError, match="model.onnx_data"):
@@ -319,7 +324,9 @@ def test_transformers_js_over_100_files_fails_before_writing(tmp_path, dst):
     before = folder_digest(tmp_path)
     with pytest.raises(ValueError, match="101 weights files"):
         onnxl.align_external_data_streaming(
-            tmp_path / "m.onnx", tmp_path / dst, max_shard_size=100, shard_naming="transformers.js"
+            tmp_path / "m.onnx",
+            tmp_path / dst,
+            options=onnxl.WriteOptions(max_shard_size=100, shard_naming="transformers.js"),
         )
     assert folder_digest(tmp_path) == before
 
@@ -330,7 +337,9 @@ def test_onnx_ir_shards_load_with_onnx_ir(tmp_path):
     model, ws = _add_model()
     onnx.save(model, str(tmp_path / "src.onnx"))
     result = onnxl.align_external_data_streaming(
-        tmp_path / "src.onnx", tmp_path / "m.onnx", max_shard_size=8 * KiB
+        tmp_path / "src.onnx",
+        tmp_path / "m.onnx",
+        options=onnxl.WriteOptions(max_shard_size=8 * KiB),
     )
     names = [f"m-{i:05d}-of-00003.onnx.data" for i in (1, 2, 3)]
     assert result.weights_paths == [str(tmp_path / n) for n in names]
@@ -418,7 +427,9 @@ def test_prune_never_deletes_a_model(tmp_path):
     onnxl.save(view, tmp_path / "view.onnx")
     before = _values(tmp_path / "base.onnx")
     result = onnxl.align_external_data_streaming(
-        tmp_path / "view.onnx", tmp_path / "view.onnx", remove_unreferenced=True
+        tmp_path / "view.onnx",
+        tmp_path / "view.onnx",
+        options=onnxl.WriteOptions(remove_unreferenced=True),
     )
     assert result.unreferenced == result.removed == []
     assert _values(tmp_path / "base.onnx").keys() == before.keys()
@@ -441,7 +452,9 @@ def test_prune_keeps_files_read_by_models_named_otherwise_or_below(tmp_path, whe
             site.tensor.external_data[0].value = reader_location
     onnx.save(reader, str(tmp_path / where))
     expected = _values(tmp_path / where)
-    result = onnxl.align_external_data_streaming(path, path, "new.data", remove_unreferenced=True)
+    result = onnxl.align_external_data_streaming(
+        path, path, "new.data", options=onnxl.WriteOptions(remove_unreferenced=True)
+    )
     assert str(old) not in result.unreferenced and old.exists()
     for name, value in _values(tmp_path / where).items():
         np.testing.assert_array_equal(value, expected[name])
@@ -475,7 +488,10 @@ def test_inline_below_keeps_small_inline_tensors_inline(tmp_path):
         str(tmp_path / "m.onnx"),
     )
     result = onnxl.align_external_data_streaming(
-        tmp_path / "m.onnx", tmp_path / "o.onnx", size_threshold=0, inline_below=1024
+        tmp_path / "m.onnx",
+        tmp_path / "o.onnx",
+        inline_below=1024,
+        options=onnxl.WriteOptions(size_threshold=0),
     )
     assert (result.moved, result.inline) == (1, 1)
     meta = onnx.load(str(tmp_path / "o.onnx"), load_external_data=False)
@@ -504,7 +520,10 @@ def test_sparse_tensors_stay_inline(tmp_path, how):
         )
     else:
         onnxl.align_external_data_streaming(
-            tmp_path / "single.onnx", tmp_path / "m.onnx", "m.data", size_threshold=0
+            tmp_path / "single.onnx",
+            tmp_path / "m.onnx",
+            "m.data",
+            options=onnxl.WriteOptions(size_threshold=0),
         )
     saved = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
     assert saved.graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL
@@ -532,7 +551,10 @@ def test_raw_data_with_a_typed_field_is_refused_when_moved(tmp_path, how):
     # kept inline, it is the caller's own business, as in onnx
     onnxl.save(model, tmp_path / "one.onnx")
     onnxl.align_external_data_streaming(
-        tmp_path / "single.onnx", tmp_path / "a.onnx", "a.data", size_threshold=2**30
+        tmp_path / "single.onnx",
+        tmp_path / "a.onnx",
+        "a.data",
+        options=onnxl.WriteOptions(size_threshold=2**30),
     )
 
 
@@ -544,7 +566,10 @@ def test_inline_tensor_of_odd_length_stays_inline(tmp_path):
     model = helper.make_model(helper.make_graph([], "g", [], [], [t]))
     onnx.save(model, str(tmp_path / "single.onnx"))
     onnxl.align_external_data_streaming(
-        tmp_path / "single.onnx", tmp_path / "a.onnx", "a.data", size_threshold=10**9
+        tmp_path / "single.onnx",
+        tmp_path / "a.onnx",
+        "a.data",
+        options=onnxl.WriteOptions(size_threshold=10**9),
     )
     assert onnx.load(str(tmp_path / "a.onnx")).graph.initializer[0].raw_data == bytes(2000)
     with pytest.raises(onnxl.ExternalDataError, match="'odd'.*does not match"):
@@ -567,7 +592,9 @@ def test_files_a_model_above_reads_are_kept_and_never_replaced(tmp_path):
     shared.graph.initializer[0].external_data[0].value = "w.data"
     onnx.save(shared, str(tmp_path / "sub" / "m.onnx"))
     result = onnxl.align_external_data_streaming(
-        tmp_path / "sub" / "m.onnx", tmp_path / "sub" / "m.onnx", remove_unreferenced=True
+        tmp_path / "sub" / "m.onnx",
+        tmp_path / "sub" / "m.onnx",
+        options=onnxl.WriteOptions(remove_unreferenced=True),
     )
     assert result.removed == [] and (tmp_path / "sub" / "w.data").exists()
     digest = folder_digest(tmp_path / "sub")
@@ -581,7 +608,9 @@ def test_the_result_prints_as_the_number_it_was(tmp_path):
     """str() and f-strings of the result give the bytes written, as the int did."""
     path = _gemm(tmp_path)
     result = onnxl.align_external_data_streaming(path, tmp_path / "o.onnx")
-    assert str(result) == f"{result}" == str(result.size) and "size=" in repr(result)
+    assert str(result) == f"{result}" == str(result.bytes_written) and "bytes_written=" in repr(
+        result
+    )
 
 
 def test_numpy_integers_are_accepted(tmp_path):

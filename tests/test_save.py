@@ -23,7 +23,7 @@ from helpers import uint8_model as _model
 from onnx import helper, numpy_helper
 
 import onnx_light.onnx as onnxl
-from onnx_light.onnx import _io
+from onnx_light.onnx import _pipeline
 from onnx_light.onnx._write import shards as _shards
 
 
@@ -110,7 +110,7 @@ def test_location_outside_folder_is_refused_before_writing(tmp_path, every_kind)
 
 
 def test_over_protobuf_limit_asks_for_location(tmp_path, every_kind, monkeypatch):
-    monkeypatch.setattr(_io, "PROTOBUF_LIMIT", 10_000)
+    monkeypatch.setattr(_pipeline, "PROTOBUF_LIMIT", 10_000)
     with pytest.raises(ValueError, match="location"):
         onnxl.save(every_kind, tmp_path / "m.onnx")
     assert os.listdir(tmp_path) == []
@@ -276,14 +276,23 @@ def test_save_reports_progress(tmp_path):
     """save takes a progress callback as align does: monotonic, last call done == total."""
     model = make_runnable_model(seed=3)
     calls = []
-    onnxl.save(model, tmp_path / "m.onnx", "m.data", progress=lambda d, t: calls.append((d, t)))
+    onnxl.save(
+        model,
+        tmp_path / "m.onnx",
+        "m.data",
+        options=onnxl.WriteOptions(progress=lambda d, t: calls.append((d, t))),
+    )
     done = [d for d, _ in calls]
     assert calls and done == sorted(done) and calls[-1][0] == calls[-1][1] > 0
     calls.clear()
-    onnxl.save(model, tmp_path / "one.onnx", progress=lambda d, t: calls.append((d, t)))
+    onnxl.save(
+        model,
+        tmp_path / "one.onnx",
+        options=onnxl.WriteOptions(progress=lambda d, t: calls.append((d, t))),
+    )
     assert calls == [(0, 0)]
     with pytest.raises(TypeError, match="progress"):
-        onnxl.save(model, tmp_path / "x.onnx", "x.data", progress=3)
+        onnxl.save(model, tmp_path / "x.onnx", "x.data", options=onnxl.WriteOptions(progress=3))
     assert not (tmp_path / "x.onnx").exists()
 
 

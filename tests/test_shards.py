@@ -70,7 +70,11 @@ def test_align_into_shards(tmp_path):
     model = _model()
     save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
     onnxl.align_external_data_streaming(
-        tmp_path / "m.onnx", tmp_path / "a.onnx", "a.onnx.data", 64, max_shard_size=8 * KiB
+        tmp_path / "m.onnx",
+        tmp_path / "a.onnx",
+        "a.onnx.data",
+        64,
+        options=onnxl.WriteOptions(max_shard_size=8 * KiB),
     )
     shards = _check(tmp_path / "a.onnx", 8 * KiB, 64)
     # W0 + W1 | W2 (10000 bytes, over the limit: alone) | W3 + W4 + W5
@@ -142,7 +146,11 @@ def test_shards_committed_together(tmp_path, monkeypatch):
     model = _model()
     save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
     onnxl.align_external_data_streaming(
-        tmp_path / "m.onnx", tmp_path / "a.onnx", "a.onnx.data", 64, max_shard_size=8 * KiB
+        tmp_path / "m.onnx",
+        tmp_path / "a.onnx",
+        "a.onnx.data",
+        64,
+        options=onnxl.WriteOptions(max_shard_size=8 * KiB),
     )
     before = folder_digest(tmp_path)
     real = os.replace
@@ -156,7 +164,11 @@ def test_shards_committed_together(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "replace", refuse_onnx)
     with pytest.raises(OSError, match="busy"):
         onnxl.align_external_data_streaming(
-            tmp_path / "m.onnx", tmp_path / "a.onnx", "a.onnx.data", 4096, max_shard_size=6 * KiB
+            tmp_path / "m.onnx",
+            tmp_path / "a.onnx",
+            "a.onnx.data",
+            4096,
+            options=onnxl.WriteOptions(max_shard_size=6 * KiB),
         )
     assert folder_digest(tmp_path) == before
 
@@ -166,7 +178,11 @@ def test_another_shard_count_leaves_no_reference_to_old_shards(tmp_path):
     save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
     for limit in (8 * KiB, 16 * KiB, None):
         onnxl.align_external_data_streaming(
-            tmp_path / "m.onnx", tmp_path / "a.onnx", "a.onnx.data", 64, max_shard_size=limit
+            tmp_path / "m.onnx",
+            tmp_path / "a.onnx",
+            "a.onnx.data",
+            64,
+            options=onnxl.WriteOptions(max_shard_size=limit),
         )
         assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
     assert set(_shards(tmp_path / "a.onnx")) == {"a.onnx.data"}
@@ -178,7 +194,10 @@ def test_bad_max_shard_size(tmp_path):
         error = ValueError if isinstance(bad, int) and not isinstance(bad, bool) else TypeError
         with pytest.raises(error, match="max_shard_size"):
             onnxl.align_external_data_streaming(
-                tmp_path / "m.onnx", tmp_path / "a.onnx", "a.data", max_shard_size=bad
+                tmp_path / "m.onnx",
+                tmp_path / "a.onnx",
+                "a.data",
+                options=onnxl.WriteOptions(max_shard_size=bad),
             )
         with pytest.raises(error, match="max_shard_size"):
             onnxl.SerializeOptions(max_shard_size=bad)
@@ -189,7 +208,9 @@ _MANY = """
 import resource, sys
 import onnx_light.onnx as onnxl
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-onnxl.align_external_data_streaming(sys.argv[1], sys.argv[2], "a.data", max_shard_size=1)
+onnxl.align_external_data_streaming(
+    sys.argv[1], sys.argv[2], "a.data", options=onnxl.WriteOptions(max_shard_size=1)
+)
 print("ok")
 """
 
@@ -295,14 +316,17 @@ def test_a_shared_range_stays_in_its_home_shard(tmp_path):
     boundary: it points at T0's copy in the first shard, nothing is copied twice."""
     expected = _shared_span_model(tmp_path)
     result = onnxl.align_external_data_streaming(
-        tmp_path / "m.onnx", tmp_path / "a.onnx", alignment=64, max_shard_size=4 * KiB
+        tmp_path / "m.onnx",
+        tmp_path / "a.onnx",
+        alignment=64,
+        options=onnxl.WriteOptions(max_shard_size=4 * KiB),
     )
     first, second = "a-00001-of-00002.onnx.data", "a-00002-of-00002.onnx.data"
     assert result.weights_paths == [str(tmp_path / first), str(tmp_path / second)]
     places = external_places(tmp_path / "a.onnx")
     assert places == {"T0": (first, 0, 3000), "T1": (second, 0, 3000), "T2": (first, 0, 3000)}
     assert _sizes(tmp_path, [first, second]) == [3000, 3000]
-    assert result.size == 6000
+    assert result.bytes_written == 6000
     assert _values(tmp_path / "a.onnx") == expected
 
 
@@ -320,9 +344,7 @@ def test_deduplicated_tensors_point_into_the_first_models_shards(tmp_path):
         [src / "a.onnx", src / "b.onnx"],
         [out / "a.onnx", out / "b.onnx"],
         out / "w.data",
-        alignment=64,
-        max_shard_size=4 * KiB,
-        size_threshold=0,
+        options=onnxl.WriteOptions(alignment=64, max_shard_size=4 * KiB, size_threshold=0),
     )
     names = ["w-00001-of-00002.data", "w-00002-of-00002.data"]
     assert result.weights_paths == [str(out / n) for n in names]
@@ -338,7 +360,10 @@ def test_tensor_ending_exactly_at_the_limit_and_a_new_shard_from_offset_0(tmp_pa
     model = _model([4096, 4096, 3000, 5000])
     save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
     result = onnxl.align_external_data_streaming(
-        tmp_path / "m.onnx", tmp_path / "a.onnx", alignment=64, max_shard_size=8 * KiB
+        tmp_path / "m.onnx",
+        tmp_path / "a.onnx",
+        alignment=64,
+        options=onnxl.WriteOptions(max_shard_size=8 * KiB),
     )
     first, second = "a-00001-of-00002.onnx.data", "a-00002-of-00002.onnx.data"
     assert _shards(tmp_path / "a.onnx") == {
@@ -346,7 +371,7 @@ def test_tensor_ending_exactly_at_the_limit_and_a_new_shard_from_offset_0(tmp_pa
         second: [(0, 3000), (3008, 5000)],
     }
     assert _sizes(tmp_path, [first, second]) == [8 * KiB, 8008]
-    assert result.size == 8 * KiB + 8008
+    assert result.bytes_written == 8 * KiB + 8008
     assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
 
 
@@ -360,7 +385,9 @@ def test_exactly_100_transformers_js_shards_are_written(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     result = onnxl.align_external_data_streaming(
-        tmp_path / "m.onnx", out / "model.onnx", max_shard_size=100, shard_naming="transformers.js"
+        tmp_path / "m.onnx",
+        out / "model.onnx",
+        options=onnxl.WriteOptions(max_shard_size=100, shard_naming="transformers.js"),
     )
     names = ["model.onnx_data"] + [f"model.onnx_data_{i}" for i in range(1, 100)]
     assert result.weights_paths == [str(out / n) for n in names]
@@ -390,6 +417,8 @@ def test_shard_naming_that_is_not_a_string_is_a_type_error(tmp_path, naming):
     if naming is not None:  # align's default: onnx-ir, or in place the naming the model follows
         with pytest.raises(TypeError, match="shard_naming must be a str"):
             onnxl.align_external_data_streaming(
-                tmp_path / "m.onnx", tmp_path / "a.onnx", max_shard_size=4000, shard_naming=naming
+                tmp_path / "m.onnx",
+                tmp_path / "a.onnx",
+                options=onnxl.WriteOptions(max_shard_size=4000, shard_naming=naming),
             )
     assert folder_digest(tmp_path) == before

@@ -113,7 +113,10 @@ def test_a_swallowed_ctrl_c_leaves_later_signals_acting_at_once(source):
 
     code = _in_child(
         lambda: onnxl.align_external_data_streaming(
-            source / "m.onnx", source / "a.onnx", chunk_size=65536, progress=progress
+            source / "m.onnx",
+            source / "a.onnx",
+            chunk_size=65536,
+            options=onnxl.WriteOptions(progress=progress),
         )
     )
     assert code == -signal.SIGTERM

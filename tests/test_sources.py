@@ -17,7 +17,7 @@ import textwrap
 
 import onnx
 import pytest
-from helpers import read_back, save_two_file, tensor_bytes
+from helpers import as_options, read_back, save_two_file, tensor_bytes
 from helpers import uint8_model as _model
 from onnx import helper
 
@@ -27,6 +27,7 @@ from onnx_light.onnx._read import sources as _sources
 
 
 def _align(src, dst, weights, **kw):
+    kw = as_options(kw, keep=("alignment", "chunk_size"))  # the settings in options=
     return onnxl.align_external_data_streaming(src, dst, weights, **kw)
 
 
@@ -42,7 +43,7 @@ def test_source_swapped_after_its_check_is_not_read(pair, tmp_path, monkeypatch)
         os.replace(other, data)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("onnx_light.onnx._align.check_targets", swap_then_check)
+    monkeypatch.setattr("onnx_light.onnx._pipeline.check_targets", swap_then_check)
     out = tmp_path / "out"
     out.mkdir()
     _align(path, out / "a.onnx", "a.data")
@@ -145,7 +146,7 @@ def test_reopened_file_must_be_the_same(tmp_path, monkeypatch):
         os.utime(victim, ns=(1, 1))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("onnx_light.onnx._align.check_targets", modify_then_check)
+    monkeypatch.setattr("onnx_light.onnx._pipeline.check_targets", modify_then_check)
     with pytest.raises(onnxl.ExternalDataError, match="'W0'.*changed since it was checked"):
         _align(folder / "m.onnx", out / "b.onnx", "b.data")
     assert not (out / "b.onnx").exists()
@@ -163,7 +164,7 @@ def test_file_edited_with_its_mtime_set_back_is_noticed(tmp_path, monkeypatch):
         os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime set back
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("onnx_light.onnx._align.check_targets", edit_then_check)
+    monkeypatch.setattr("onnx_light.onnx._pipeline.check_targets", edit_then_check)
     with pytest.raises(onnxl.ExternalDataError, match="'W0'.*changed since it was checked"):
         _align(folder / "m.onnx", tmp_path / "b.onnx", "b.data")
 

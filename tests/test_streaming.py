@@ -7,6 +7,7 @@ import numpy as np
 import onnx
 import pytest
 from helpers import (
+    as_options,
     external_offsets,
     folder_digest,
     make_every_kind_model,
@@ -59,7 +60,11 @@ def test_inline_tensors_stay_inline_or_move(tmp_path):
     onnx.save(model, str(tmp_path / "single.onnx"))
     # with a threshold: single-file -> aligned two-file
     n = onnxl.align_external_data_streaming(
-        tmp_path / "single.onnx", tmp_path / "b.onnx", "b.data", 4096, size_threshold=1024
+        tmp_path / "single.onnx",
+        tmp_path / "b.onnx",
+        "b.data",
+        4096,
+        options=onnxl.WriteOptions(size_threshold=1024),
     )
     refs = _check_aligned(tmp_path / "b.onnx", 4096, "b.data")
     assert len(refs) == 11 and n == os.path.getsize(tmp_path / "b.data")
@@ -72,7 +77,11 @@ def test_inline_tensors_stay_inline_or_move(tmp_path):
     assert read_back(tmp_path / "a.onnx") == tensor_bytes(model)
     # a threshold under 1 KiB moves smaller inline tensors too
     onnxl.align_external_data_streaming(
-        tmp_path / "single.onnx", tmp_path / "c.onnx", "c.data", 64, size_threshold=0
+        tmp_path / "single.onnx",
+        tmp_path / "c.onnx",
+        "c.data",
+        64,
+        options=onnxl.WriteOptions(size_threshold=0),
     )
     assert len(external_offsets(tmp_path / "c.onnx")) == 12  # sparse stay inline
     assert read_back(tmp_path / "c.onnx") == tensor_bytes(model)
@@ -84,7 +93,11 @@ def test_mixed_sources(tmp_path):
     save_two_file(model, tmp_path / "m.onnx", size_threshold=2000)  # small ones stay inline
     before = external_offsets(tmp_path / "m.onnx")
     onnxl.align_external_data_streaming(
-        tmp_path / "m.onnx", tmp_path / "dst.onnx", "dst.data", 4096, size_threshold=1024
+        tmp_path / "m.onnx",
+        tmp_path / "dst.onnx",
+        "dst.data",
+        4096,
+        options=onnxl.WriteOptions(size_threshold=1024),
     )
     after = _check_aligned(tmp_path / "dst.onnx", 4096)
     assert len(after) > len(before)
@@ -102,7 +115,7 @@ def test_chunk_sizes_and_progress(tmp_path, chunk):
         "dst.data",
         4096,
         chunk,
-        progress=lambda d, t: calls.append((d, t)),
+        options=onnxl.WriteOptions(progress=lambda d, t: calls.append((d, t))),
     )
     total = calls[-1][1]
     assert calls[-1] == (total, total)
@@ -120,7 +133,11 @@ def test_same_bytes_as_in_memory_path(tmp_path, threshold):
     else:  # onnx leaves sparse and training tensors inline: they move too
         save_two_file(model, tmp_path / "m.onnx", size_threshold=0)
     onnxl.align_external_data_streaming(
-        tmp_path / "m.onnx", tmp_path / "s.onnx", "s.data", 4096, size_threshold=threshold
+        tmp_path / "m.onnx",
+        tmp_path / "s.onnx",
+        "s.data",
+        4096,
+        options=onnxl.WriteOptions(size_threshold=threshold),
     )
     loaded = onnxl.load(tmp_path / "m.onnx")
     opts = onnxl.SerializeOptions(alignment=4096, use_external_data_location=False)
@@ -137,7 +154,11 @@ def test_onnxruntime_same_outputs(tmp_path):
     onnx.save(model, str(tmp_path / "ref.onnx"))
     save_two_file(model, tmp_path / "m.onnx")
     onnxl.align_external_data_streaming(
-        tmp_path / "m.onnx", tmp_path / "a.onnx", "a.data", 65536, size_threshold=1024
+        tmp_path / "m.onnx",
+        tmp_path / "a.onnx",
+        "a.data",
+        65536,
+        options=onnxl.WriteOptions(size_threshold=1024),
     )
     for a, b in zip(run_ort(tmp_path / "ref.onnx"), run_ort(tmp_path / "a.onnx")):
         np.testing.assert_array_equal(a, b)
@@ -206,7 +227,10 @@ def test_validation_before_any_write(tmp_path, kwargs, match, error):
     before = sorted(os.listdir(tmp_path))
     with pytest.raises(error, match=match):
         onnxl.align_external_data_streaming(
-            tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", **kwargs
+            tmp_path / "m.onnx",
+            tmp_path / "d.onnx",
+            "d.data",
+            **as_options(kwargs, keep=("alignment", "chunk_size")),
         )
     assert sorted(os.listdir(tmp_path)) == before
 
@@ -300,7 +324,12 @@ def test_truncated_mid_run_names_the_tensor(tmp_path):
 
     with pytest.raises(OSError, match=f"'{name}'.*ended early"):
         onnxl.align_external_data_streaming(
-            tmp_path / "m.onnx", tmp_path / "d.onnx", "d.data", 1, 4096, progress=truncate
+            tmp_path / "m.onnx",
+            tmp_path / "d.onnx",
+            "d.data",
+            1,
+            4096,
+            options=onnxl.WriteOptions(progress=truncate),
         )
     assert sorted(os.listdir(tmp_path)) == ["m.data", "m.onnx"]
 
@@ -417,7 +446,8 @@ import sys
 from benchmarks.harness import PeakMemory
 import onnx_light.onnx as onnxl
 with PeakMemory() as m:
-    onnxl.align_external_data_streaming(sys.argv[1], sys.argv[2], "a.data", size_threshold=2**40)
+    opts = onnxl.WriteOptions(size_threshold=2**40)
+    onnxl.align_external_data_streaming(sys.argv[1], sys.argv[2], "a.data", options=opts)
 print(m.growth, m.exact)
 """
 

@@ -27,6 +27,7 @@ import struct
 import numpy as np
 import pytest
 from helpers import (
+    as_options,
     external_offsets,
     folder_digest,
     read_back,
@@ -42,6 +43,7 @@ from onnx_light.cli import main
 
 
 def _align(src, dst, weights, **kw):
+    kw = as_options(kw, keep=("alignment", "chunk_size"))  # the settings in options=
     return onnxl.align_external_data_streaming(src, dst, weights, **kw)
 
 

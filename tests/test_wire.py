@@ -11,7 +11,13 @@ import numpy as np
 import onnx
 import pytest
 from google.protobuf.unknown_fields import UnknownFieldSet
-from helpers import make_every_kind_model, peak_growth_in_subprocess, save_two_file, tensor_bytes
+from helpers import (
+    as_options,
+    make_every_kind_model,
+    peak_growth_in_subprocess,
+    save_two_file,
+    tensor_bytes,
+)
 from helpers import uint8_model as _model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,6 +29,7 @@ from onnx_light.onnx._read.wire import WireError, encode_varint, read_varint, sc
 
 
 def _align(src, dst, weights, **kw):
+    kw = as_options(kw, keep=("alignment", "chunk_size"))  # the settings in options=
     return onnxl.align_external_data_streaming(src, dst, weights, **kw)
 
 

@@ -310,7 +310,7 @@ onnxl.align_external_data_streaming(
     os.path.join(folder, "sharded.onnx"),
     os.path.join(folder, "sharded.onnx.data"),
     alignment=ALIGNMENT,
-    max_shard_size=int(limit),
+    options=onnxl.WriteOptions(max_shard_size=int(limit)),
 )
 sharded = tensor_places(os.path.join(folder, "sharded.onnx"))
 shards = sharded.groupby("location").agg(tensors=("name", "count"), bytes=("length", "sum"))

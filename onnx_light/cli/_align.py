@@ -6,7 +6,7 @@ import argparse
 import os
 
 from onnx_light._progress import human, rate
-from onnx_light.onnx import SHARD_NAMINGS, AlignResult, align_external_data_streaming
+from onnx_light.onnx import AlignResult, align_external_data_streaming
 
 from ._args import (
     add_layout_flags,
@@ -33,20 +33,12 @@ def cmd_align(args: argparse.Namespace) -> int:
     result, elapsed = with_progress(
         args,
         f"align {os.path.basename(args.src)}",
-        lambda progress: align_external_data_streaming(
+        lambda options: align_external_data_streaming(
             args.src,
             args.dst,
             args.weights,
-            args.alignment,
-            args.chunk_size,
-            size_threshold=args.size_threshold,
-            progress=progress,
-            max_shard_size=args.max_shard_size,
+            options=options,
             inline_below=args.inline_below,
-            shard_naming=args.shard_naming,
-            remove_unreferenced=args.prune,
-            durable=args.durable,
-            drop_behind=args.drop_behind,
             rewrite=args.rewrite,
         ),
     )
@@ -83,9 +75,9 @@ def _align_summary(args: argparse.Namespace, result: AlignResult, elapsed: float
         where = f"{len(result.weights_paths)} shards ({where}, ...)"
     typed = f" ({result.typed} from typed fields such as float_data)" if result.typed else ""
     lines = [
-        f"{note}wrote {result.size} bytes ({human(result.size)}) for {result.moved} tensors"
-        f"{typed} to {where} {aligned(args.alignment)} in {elapsed:.2f} s "
-        f"({rate(result.size, elapsed)})"
+        f"{note}wrote {result.bytes_written} bytes ({human(result.bytes_written)}) for "
+        f"{result.moved} tensors{typed} to {where} {aligned(args.alignment)} in {elapsed:.2f} s "
+        f"({rate(result.bytes_written, elapsed)})"
     ]
     return "\n".join(lines + _more(result, args))
 
@@ -120,15 +112,6 @@ def add_parser(sub) -> None:
         threshold=None,
         threshold_help="also move inline tensors of at least BYTES into the weights file",
         shard_example="model-00001-of-00003.onnx.data",
-    )
-    p.add_argument(
-        "--shard-naming",
-        choices=SHARD_NAMINGS,
-        default=None,
-        help="how shards are named: onnx-ir (default: model-00001-of-00003.onnx.data; in "
-        "place, the naming the model's shards follow) or transformers.js (model.onnx_data, "
-        "model.onnx_data_1, ...: the names its loader derives, at most 100 files; the "
-        "weights default to DST_data)",
     )
     p.add_argument(
         "--inline-below",

@@ -1,5 +1,6 @@
 """The command line's arguments: byte counts checked by the library's rules, outputs,
-the flags every writing command shares, the progress bar."""
+the flags every writing command shares and the settings object they make, the
+progress bar."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import time
 
 from onnx_light._progress import Progress
-from onnx_light.onnx import check_setting
+from onnx_light.onnx import WriteOptions, check_setting
 
 __all__ = [
     "add_layout_flags",
@@ -17,10 +18,12 @@ __all__ = [
     "alignment_arg",
     "chunk_arg",
     "limit_arg",
+    "naming_arg",
     "output_arg",
     "shard_arg",
     "size_arg",
     "with_progress",
+    "write_options",
 ]
 
 
@@ -105,6 +108,14 @@ chunk_arg = _setting("chunk_size")
 shard_arg = _setting("max_shard_size")
 
 
+def naming_arg(text: str) -> str:
+    """A shard naming, checked by the library's own rule (``onnx-ir``, ``transformers.js``)."""
+    try:
+        return check_setting("shard_naming", text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError("must " + e.args[0].split(" must ", 1)[-1]) from None
+
+
 def output_arg(text: str) -> str:
     """An output path: ``-`` is refused (it would name a file, not stdout)."""
     if text == "-":
@@ -114,8 +125,25 @@ def output_arg(text: str) -> str:
     return text
 
 
+def write_options(args: argparse.Namespace, progress=None) -> WriteOptions:
+    """The settings object of a writing command, built once from the flags it shares
+    with the others (:func:`add_layout_flags`, :func:`add_write_flags`)."""
+    return WriteOptions(
+        alignment=args.alignment,
+        size_threshold=args.size_threshold,
+        max_shard_size=args.max_shard_size,
+        shard_naming=args.shard_naming,
+        chunk_size=args.chunk_size,
+        durable=args.durable,
+        drop_behind=args.drop_behind,
+        remove_unreferenced=args.prune,
+        progress=progress,
+    )
+
+
 def with_progress(args: argparse.Namespace, label: str, call):
-    """``call(progress)`` with a progress bar on a terminal (not with ``-q``).
+    """``call(options)`` with the settings of the flags (:func:`write_options`) and a
+    progress bar on a terminal (not with ``-q``).
 
     Returns:
         ``(what the call returned, seconds it took)``.
@@ -124,7 +152,7 @@ def with_progress(args: argparse.Namespace, label: str, call):
     progress = Progress(label) if show else None
     start = time.perf_counter()
     try:
-        result = call(progress)
+        result = call(write_options(args, progress))
     finally:
         if progress is not None:
             progress.close()
@@ -165,19 +193,16 @@ def add_layout_flags(
     threshold: int | None,
     threshold_help: str,
     shard_example: str,
-    chunk_size: bool = True,
 ) -> None:
     """The flags of every command that lays out weights, declared once: --weights,
-    --alignment, --chunk-size, --size-threshold, --max-shard-size.
+    --alignment, --chunk-size, --size-threshold, --max-shard-size, --shard-naming.
 
     Args:
         p: the command's parser.
         weights: what --weights names, and its default.
-        threshold: --size-threshold's default (None: inline tensors stay inline).
+        threshold: --size-threshold's default (None: the library's, per command).
         threshold_help: what --size-threshold does for this command.
         shard_example: the name of a shard this command writes.
-        chunk_size: declare --chunk-size (a command whose copy has no such knob
-            leaves it out).
     """
     p.add_argument("--weights", type=output_arg, metavar="PATH", help=weights)
     p.add_argument(
@@ -187,14 +212,13 @@ def add_layout_flags(
         metavar="BYTES",
         help="a power of two, or 0 for none (default: 4096)",
     )
-    if chunk_size:
-        p.add_argument(
-            "--chunk-size",
-            type=chunk_arg,
-            default=4 * 1024 * 1024,
-            metavar="BYTES",
-            help="bytes per copy call, e.g. 4M (default: 4 MiB)",
-        )
+    p.add_argument(
+        "--chunk-size",
+        type=chunk_arg,
+        default=4 * 1024 * 1024,
+        metavar="BYTES",
+        help="bytes per copy call, e.g. 4M (default: 4 MiB)",
+    )
     p.add_argument(
         "--size-threshold",
         type=size_arg,
@@ -209,4 +233,14 @@ def add_layout_flags(
         metavar="BYTES",
         help="split the weights into files of at most BYTES each, e.g. 2G, named as onnx-ir "
         f"names them ({shard_example}); a larger tensor is alone in its file",
+    )
+    p.add_argument(
+        "--shard-naming",
+        type=naming_arg,
+        default=None,
+        metavar="NAMING",
+        help="how shards are named: onnx-ir (default: model-00001-of-00003.onnx.data; in "
+        "place, the naming the model's shards follow) or transformers.js (model.onnx_data, "
+        "model.onnx_data_1, ...: the names its loader derives, at most 100 files; the "
+        "weights default to DST_data)",
     )

@@ -37,7 +37,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     result, elapsed = with_progress(
         args,
         f"convert {os.path.basename(args.src)}",
-        lambda progress: convert_float_to_float16(
+        lambda options: convert_float_to_float16(
             args.src,
             args.dst,
             args.weights,
@@ -46,13 +46,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
             node_block_list=args.node_block_list,
             min_positive_val=args.min_positive_val,
             max_finite_val=args.max_finite_val,
-            alignment=args.alignment,
-            size_threshold=args.size_threshold,
-            max_shard_size=args.max_shard_size,
-            progress=progress,
-            durable=args.durable,
-            drop_behind=args.drop_behind,
-            remove_unreferenced=args.prune,
+            options=options,
         ),
     )
     if not args.quiet:
@@ -135,7 +129,6 @@ def add_parser(sub) -> None:
         threshold_help="inline tensors of at least BYTES move to the weights file, smaller "
         "ones stay in DST; external ones stay external (default: 1024)",
         shard_example="model-00001-of-00003.onnx.data",
-        chunk_size=False,
     )
     add_write_flags(p, "model")
     p.set_defaults(func=cmd_convert)

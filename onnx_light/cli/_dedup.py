@@ -43,19 +43,12 @@ def cmd_dedup(args: argparse.Namespace) -> int:
     result, elapsed = with_progress(
         args,
         f"dedup {label}",
-        lambda progress: deduplicate_external_data(
+        lambda options: deduplicate_external_data(
             srcs,
             dsts,
             weights,
-            alignment=args.alignment,
-            size_threshold=args.size_threshold,
-            max_shard_size=args.max_shard_size,
-            progress=progress,
+            options=options,
             reuse=args.reuse,
-            remove_unreferenced=args.prune,
-            chunk_size=args.chunk_size,
-            durable=args.durable,
-            drop_behind=args.drop_behind,
             with_files=extra if args.with_files else (),
         ),
     )

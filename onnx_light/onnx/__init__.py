@@ -51,7 +51,8 @@ from ._inspect.loaders import LoaderVerdict
 from ._inspect.ranges import SharedRange
 from ._inspect.verify import VerifyReport, VerifyResult, verify_model, verify_models
 from ._io import load, save, serialize_to_file
-from ._options import SHARD_NAMINGS, SerializeOptions, check_setting
+from ._options import SerializeOptions, WriteOptions, check_setting
+from ._pipeline import WriteResult
 from ._read.wire import WireError
 from ._save import save_model_with_shared_external_data
 
@@ -72,6 +73,8 @@ for _public in (
     VerifyReport,
     VerifyResult,
     WireError,
+    WriteOptions,
+    WriteResult,
     align_external_data_streaming,
     check_setting,
     convert_float_to_float16,
@@ -109,7 +112,6 @@ __all__ = [
     "ModelProto",
     "NodeProto",
     "OperatorSetIdProto",
-    "SHARD_NAMINGS",
     "SerializeOptions",
     "SharedRange",
     "SparseTensorProto",
@@ -122,6 +124,8 @@ __all__ = [
     "VerifyReport",
     "VerifyResult",
     "WireError",
+    "WriteOptions",
+    "WriteResult",
     "align_external_data_streaming",
     "check_setting",
     "convert_float_to_float16",

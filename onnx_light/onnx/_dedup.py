@@ -1,56 +1,35 @@
 """Weights stored once: models that reference one weights file, each distinct byte string once.
 
-:func:`deduplicate_external_data` is the pipeline every writer shares, with content
-keys: each source model is scanned and planned as ``align`` plans it
-(:func:`~._align.plan_model`); the content of every tensor to move decides
-its key (:func:`~onnx_light.onnx._content.keys.content_classes`: lengths, samples, then bytes
-compared); tensors whose bytes a reused ``.safetensors`` file holds point
-into it; the layout planner writes one range per key into one weights file
-(or one set of shards); the copy engine streams the bytes; one commit
-replaces every destination model and the weights together, with the
-companion files copied beside them (``with_files``,
-:mod:`~onnx_light.onnx._write.companions`).
+:func:`deduplicate_external_data` is a recipe over the write pipeline
+(``_pipeline.py``), with content keys: each source model is added (scanned and
+planned as ``align`` plans it); its own step, the content of every tensor to
+move decides its key (:func:`~onnx_light.onnx._content.keys.content_classes`:
+lengths, samples, then bytes compared), and tensors whose bytes a reused
+``.safetensors`` file holds point into it; the pipeline lays out one range per
+key into one weights file (or one set of shards), checks the targets, streams
+the bytes and commits every destination model, the weights and the companion
+files copied beside them (``with_files``,
+:mod:`~onnx_light.onnx._write.companions`) together.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-import onnx
-
-from ._commit.atomic import AtomicFiles, folder_lock
-from ._commit.prune import remove, unreferenced
-from ._commit.targets import (
-    check_targets,
-    destination_path,
-    is_in_place,
-    overwrite_hint,
-    real_entry,
-    weights_destination,
-)
+from ._commit.targets import destination_path, overwrite_hint, real_entry
 from ._content.keys import blob_of, comparison_bound, comparison_estimate, content_classes
 from ._content.reuse import Reused, open_reused
 from ._content.twins import find_transposed
 from ._errors import ExternalDataError, shown
-from ._options import (
-    check_alignment,
-    check_chunk_size,
-    check_max_shard_size,
-    check_progress,
-    check_size_threshold,
-)
-from ._plan.planner import Item, Plan
-from ._plan.serialize import Spliced, strip_raw_data
-from ._plan.source_plan import plan_model
+from ._options import WriteOptions, check_options
+from ._pipeline import Model, Pipeline, WriteResult
+from ._plan.planner import Item
 from ._read.external import place
-from ._read.sources import SourceFiles, kernel_path
-from ._system.gc import paused_gc
+from ._read.sources import kernel_path
 from ._system.memory import drop_by_default
 from ._write.companions import Companions
-from ._write.finish import finish
-from ._write.shards import WeightsFiles, kept_weights
 
 __all__ = ["DedupResult", "deduplicate_external_data"]
 
@@ -58,15 +37,15 @@ __all__ = ["DedupResult", "deduplicate_external_data"]
 TensorName = tuple[str, str]  # (destination model, tensor label)
 
 
-@dataclass(frozen=True)
-class DedupResult:
-    """What :func:`~onnx_light.onnx.deduplicate_external_data` did.
+@dataclass(frozen=True, eq=False, repr=False, kw_only=True)
+class DedupResult(WriteResult):
+    """What :func:`~onnx_light.onnx.deduplicate_external_data` did: a
+    :class:`WriteResult` (as an int, the bytes of the weights files written), and
 
     Attributes:
         bytes_before: the bytes of tensor data the source models stored (in
             their data files, or inline) for the tensors that moved; a range
             several tensors already shared counts once.
-        bytes_written: the bytes of the weights files written, padding included.
         bytes_reused: bytes now read from the reused files instead of being
             written, each reused range counted once (however many tensors
             read it).
@@ -75,25 +54,19 @@ class DedupResult:
         transposed: tensors whose bytes are the transpose of another's
             (``(first, second, bytes)``): a graph change would be needed to
             share them, so each keeps its bytes.
-        weights_paths: the weights files written.
-        unreferenced: old weights files no model of the folder references
-            now (in place only).
-        removed: those of them deleted (``remove_unreferenced=True``).
         files_copied: the files of ``with_files`` copied beside the models
             (their destinations).
         files_left: the files of ``with_files`` left out, as ``(file, the
             file copied under its name)``: another file of that name came
             first, with other bytes.
+
+    .. versionadded:: 0.1
     """
 
-    bytes_before: int
-    bytes_written: int
+    bytes_before: int = 0
     bytes_reused: int = 0
     groups: list[tuple[tuple[str, str], ...]] = field(default_factory=list)
     transposed: list[tuple[tuple[str, str], tuple[str, str], int]] = field(default_factory=list)
-    weights_paths: list[str] = field(default_factory=list)
-    unreferenced: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
     files_copied: list[str] = field(default_factory=list)
     files_left: list[tuple[str, str]] = field(default_factory=list)
 
@@ -102,16 +75,6 @@ class DedupResult:
         """``bytes_before`` minus the bytes written (padding counts): what sharing and
         reuse avoid writing (a reused range is already on disk, in the reused file)."""
         return self.bytes_before - self.bytes_written
-
-
-@dataclass
-class _Model:
-    src: str
-    dst: str
-    proto: onnx.ModelProto
-    plan: Plan
-    in_place: bool
-    first: int = 0  # index of its first item in the call's list
 
 
 def _paths(srcs, dsts) -> tuple[list[str], list[str]]:
@@ -147,47 +110,21 @@ def _paths(srcs, dsts) -> tuple[list[str], list[str]]:
     return srcs, dsts
 
 
-SHARED_WEIGHTS = "weights.data"  # the default name of the file several models share
-
-
-def _default_weights(models: list[_Model], files: SourceFiles) -> str:
-    """The weights file when the caller names none: in place, the name the models'
-    weights already follow (one file they all read: optimum's ``model.onnx_data`` stays
-    ``model.onnx_data``); else ``DST.data`` for one model, ``weights.data`` for several."""
-    dst = models[0].dst
-    if all(m.in_place for m in models):
-        kept = [s for m in models for s in m.plan.sources]
-        items = [it for m in models for it in m.plan.items]
-        followed = kept_weights(dst, kept, [m.dst for m in models[1:]], items, files)
-        if followed is not None:
-            return followed[0]
-    if len(models) == 1:
-        return dst + ".data"
-    return os.path.join(os.path.dirname(dst), SHARED_WEIGHTS)
-
-
 def deduplicate_external_data(
     src_onnx_paths: Sequence[str | os.PathLike],
     dst_onnx_paths: Sequence[str | os.PathLike],
     dst_weights_path: str | os.PathLike | None = None,
     *,
-    alignment: int = 4096,
-    size_threshold: int = 1024,
-    max_shard_size: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    options: WriteOptions | None = None,
     reuse: Sequence[str | os.PathLike] = (),
-    remove_unreferenced: bool = False,
-    chunk_size: int = 4 * 1024 * 1024,
-    durable: bool = False,
-    drop_behind: bool | None = None,
     with_files: Sequence[str | os.PathLike] = (),
 ) -> DedupResult:
     """Write models that all reference one weights file, each distinct byte string stored once.
 
     Only the metadata of each source model is read. Every tensor that moves
-    (external ones, and inline ones of at least ``size_threshold`` bytes) is
-    compared with the others by content, within and across the models:
-    candidates are grouped by length, then by a digest of three 4 KiB
+    (external ones, and inline ones of at least ``options.size_threshold``
+    bytes) is compared with the others by content, within and across the
+    models: candidates are grouped by length, then by a digest of three 4 KiB
     samples, and two tensors share one range only when their bytes compare
     equal, chunk by chunk, read from the source files (memory holds two
     chunks, whatever the sizes). Their names, dtypes and shapes do not
@@ -211,26 +148,14 @@ def deduplicate_external_data(
             the models' weights already have when they all read one file
             (optimum's ``model.onnx_data`` stays ``model.onnx_data``); else
             ``DST.data`` for one model, ``weights.data`` for several.
-        alignment: offsets are multiples of it (0 or 1: dense; else a power
-            of two up to 1 GiB).
-        size_threshold: inline tensors of at least this many bytes move out
-            and take part; smaller ones stay in their model.
-        max_shard_size: split the weights into files of at most this many
-            bytes (onnx-ir's naming); None: one file.
-        progress: ``progress(done_bytes, total_bytes)`` while the weights are
-            written.
+        options: the :class:`~onnx_light.onnx.WriteOptions` (alignment, size
+            threshold: the inline tensors that move and take part, shards,
+            chunk size, durable, drop behind: decided once for the comparison
+            and the copy, pruning of the old files in place, progress: over
+            the comparison, then the writing); None: the defaults.
         reuse: ``.safetensors`` files of the destination folder that already
             hold weights: a tensor whose bytes are a whole tensor of one of
             them points into it (never modified) instead of being written.
-        remove_unreferenced: in place, delete the old weights files no model
-            of the folder references any more (else they are only listed).
-        chunk_size: bytes per copy system call.
-        durable: flush the new files and their folder to the disk before
-            returning, even into a new folder (in place, always done).
-        drop_behind: drop the copied ranges from the page cache as the copy
-            goes, as in :func:`~onnx_light.onnx.align_external_data_streaming`
-            (None: when the copy exceeds the memory available; the sources'
-            ranges only when they are cold).
         with_files: other files of the sources' folders to copy beside the
             destination models, each under its own name (an exporter's
             ``config.json``, ``genai_config.json``, tokenizer files), in the
@@ -251,11 +176,11 @@ def deduplicate_external_data(
         tensors sharing a range, the transposed twins, the files copied.
 
     Raises:
-        TypeError: the paths are not lists, a setting has the wrong type, or
-            ``progress`` is not callable.
+        TypeError: the paths are not lists, or ``options`` is not a
+            :class:`~onnx_light.onnx.WriteOptions`.
         ValueError: not one destination per source, destinations in several
             folders, some destinations in place and others not, a bad
-            setting or weights name, a file of ``with_files`` that is not in
+            weights name, a file of ``with_files`` that is not in
             a source model's folder or would be copied over a model or a
             weights file the call writes.
         FileNotFoundError: a model, a data file, a reused file or a file of
@@ -269,113 +194,66 @@ def deduplicate_external_data(
 
     Examples:
         An exporter's decoder and decoder-with-past pair, each with its own
-        copy of every weight, rewritten in place to share one file::
+        copy of every weight, rewritten in place to share one file, the old
+        weights files deleted::
 
-            from onnx_light.onnx import deduplicate_external_data
+            from onnx_light.onnx import WriteOptions, deduplicate_external_data
 
             models = ["decoder_model.onnx", "decoder_with_past_model.onnx"]
-            result = deduplicate_external_data(
-                models, models, "model.onnx_data", remove_unreferenced=True
-            )
+            opts = WriteOptions(remove_unreferenced=True)
+            result = deduplicate_external_data(models, models, "model.onnx_data", options=opts)
             print(result.bytes_before, result.bytes_written)
-
-        With a progress bar: ``progress`` is any ``progress(done, total)``
-        callable; with tqdm::
-
-            from tqdm import tqdm
-
-            with tqdm(unit="B", unit_scale=True, unit_divisor=1024) as bar:
-
-                def progress(done, total):
-                    bar.total = total  # the total may be refined as the call learns
-                    bar.update(done - bar.n)
-
-                deduplicate_external_data(models, models, progress=progress)
 
     .. versionadded:: 0.1
     """
-    alignment = check_alignment(alignment)
-    size_threshold = check_size_threshold(size_threshold)
-    max_shard_size = check_max_shard_size(max_shard_size)
-    chunk_size = check_chunk_size(chunk_size)
-    check_progress(progress)
+    options = check_options(options)
     srcs, dsts = _paths(src_onnx_paths, dst_onnx_paths)
     folder = os.path.dirname(dsts[0])
-    if dst_weights_path is not None:  # a bad name fails before reading
-        weights_destination(dsts[0], dst_weights_path, dsts[1:])
-    with paused_gc(), SourceFiles() as files:
-        models, items = [], []
+    with Pipeline(options, dsts, dst_weights_path, too_large="lower size_threshold") as run:
         for src, dst in zip(srcs, dsts, strict=True):
-            proto, plan, _ = plan_model(src, files, size_threshold)
-            models.append(_Model(src, dst, proto, plan, is_in_place(src, dst), len(items)))
-            items.extend(plan.items)
-        if dst_weights_path is None:
-            dst_weights_path = _default_weights(models, files)
-            weights_destination(dsts[0], dst_weights_path, dsts[1:])
-        companions = Companions.open(with_files, srcs, folder, files, dsts)  # before any read
-        reused = open_reused(reuse, folder, files)
+            run.add_source(src, dst, threshold=run.threshold, hint=_hint(src, dst))
+        items = run.items
+        companions = Companions.open(with_files, srcs, folder, run.files, dsts)  # before any read
+        reused = open_reused(reuse, folder, run.files)
         blobs = [blob_of(it) for it in items] + [r.blob for r in reused]
-        bound = comparison_bound(blobs)
-        report = _Phases(progress, comparison_estimate(blobs), sum(it.size for it in items))
-        if drop_behind is None:  # decided once, for the comparison and the copy
-            drop_behind = drop_by_default(bound + sum(it.size for it in items), items, files)
-        found = _Contents.compare(items, reused, blobs, files, report.comparing, drop_behind)
-        weights = WeightsFiles(
-            found.to_write(items), alignment, dsts[0], dst_weights_path, max_shard_size
+        report = _Phases(options.progress, comparison_estimate(blobs), sum(it.size for it in items))
+        if run.drop_behind is None:  # decided once, for the comparison and the copy
+            whole = comparison_bound(blobs) + sum(it.size for it in items)
+            run.drop_behind = drop_by_default(whole, items, run.files)
+        found = _Contents.compare(
+            items, reused, blobs, run.files, report.comparing, run.drop_behind
         )
+        weights = run.lay_out(found.to_write(items))
         _refuse_reused_targets(weights.paths, reused)
         companions.refuse(weights.paths)
-        in_place = all(m.in_place for m in models)
-        for model in models:
-            check_targets(
-                [*weights.paths, model.dst],
-                files,
-                model=[m.dst for m in models],
-                in_place=in_place,
-                hint=(
-                    overwrite_hint(model.src, model.dst)
-                    if real_entry(model.src) == real_entry(model.dst)
-                    else "give the new files other names, or pass each source .onnx as its "
-                    "own destination to deduplicate in place"
-                ),
-            )
-        check_targets(
-            companions.targets,
-            files,
-            model=[m.dst for m in models],
-            hint="leave it out of the files to copy, or write the models to another folder",
+        run.also_write(
+            companions, "leave it out of the files to copy, or write the models to another folder"
         )
-        names = _names(models, items)
-        transposed = find_transposed(items, found.item_class, names, files)
-        with AtomicFiles(durable=durable) as out:
-            out.reserve([*weights.outputs, *companions.targets, *dsts])
-            written = weights.write(out, files, 1, chunk_size, report.writing(), drop_behind)
-            companions.write(out, files, chunk_size)
-            for it, (location, offset) in zip(weights.items, weights.placement, strict=True):
-                place(it.site.tensor, location, offset, it.size, it.extra)
-            for it, r in found.in_reused(items):
-                place(it.site.tensor, r.location, r.offset, it.size, it.extra)
-            ending = [
-                (
-                    m.dst,
-                    m.proto,
-                    {r.site.path: Spliced(strip_raw_data(r.site.tensor), r) for r in m.plan.inline},
-                )
-                for m in models
-            ]
-            finish(out, ending, files, chunk_size, "lower size_threshold")
-    stale, removed = _prune(models, weights.outputs, remove_unreferenced)
-    return DedupResult(
+        run.check_targets()
+        names = _names(run.models)
+        transposed = find_transposed(items, found.item_class, names, run.files)
+        for it, r in found.in_reused(items):  # their bytes stay where a reused file has them
+            place(it.site.tensor, r.location, r.offset, it.size, it.extra)
+        run.progress = report.writing()
+        run.write()
+    return run.result(
+        DedupResult,
         bytes_before=_stored_before(items),
-        bytes_written=written,
         bytes_reused=found.bytes_reused(items),
         groups=_groups(found.item_class, names),
         transposed=transposed,
-        weights_paths=weights.outputs,
-        unreferenced=stale,
-        removed=removed,
         files_copied=companions.targets,
         files_left=companions.left,
+    )
+
+
+def _hint(src: str, dst: str) -> str:
+    """What to do when a destination is a file the call reads."""
+    if real_entry(src) == real_entry(dst):
+        return overwrite_hint(src, dst)
+    return (
+        "give the new files other names, or pass each source .onnx as its own destination "
+        "to deduplicate in place"
     )
 
 
@@ -478,13 +356,8 @@ def _stored_before(items: list[Item]) -> int:
     return sum(spans.values()) + sum(it.size for it in items if it.ref is None)
 
 
-def _names(models: list[_Model], items: list[Item]) -> list[TensorName]:
-    names = []
-    for model in models:
-        for it in model.plan.items:
-            names.append((model.dst, it.site.tensor.name or it.site.label))
-    assert len(names) == len(items)
-    return names
+def _names(models: list[Model]) -> list[TensorName]:
+    return [(m.dst, it.site.tensor.name or it.site.label) for m in models for it in m.plan.items]
 
 
 def _groups(classes: list[int], names: list[TensorName]) -> list[tuple[TensorName, ...]]:
@@ -492,15 +365,3 @@ def _groups(classes: list[int], names: list[TensorName]) -> list[tuple[TensorNam
     for c, name in zip(classes, names, strict=True):
         members.setdefault(c, []).append(name)
     return [tuple(m) for m in members.values() if len(m) > 1]
-
-
-def _prune(models: list[_Model], outputs: list[str], remove_them: bool) -> tuple[list, list]:
-    stale: list[str] = []
-    if not any(m.in_place for m in models):
-        return [], []
-    with folder_lock(os.path.dirname(models[0].dst)):  # one folder: every destination's
-        for model in models:
-            for path in unreferenced(model.dst, model.plan.sources, outputs):
-                if path not in stale:
-                    stale.append(path)
-        return stale, remove(stale) if remove_them and stale else []

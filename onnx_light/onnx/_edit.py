@@ -3,42 +3,43 @@
 onnx's graph tools (shape inference, the checker, the version converter,
 ``onnx.utils.Extractor``, ``onnx.compose``...) run on a model loaded with
 ``load_external_data=False``: its external tensors are references relative to
-the source's folder. This module writes the result through the writers that
-already exist, so there is no second pipeline:
+the source's folder. :func:`save_edited` is a recipe over the write pipeline
+(``_pipeline.py``), the model held in memory, so there is no second pipeline:
 
-- sharing the source's weights: the shared save (references kept verbatim,
-  new inline tensors into a small file), refused outside the source's folder;
-- a compact copy: :class:`~onnx_light.onnx._write.save_plan.SavePlan` with the references read from the
-  source (``base_dir``), every referenced byte range planned by
-  :func:`~onnx_light.onnx._plan.planner.plan_tensors`, copied file to file by the copy engine and
-  committed with the ``.onnx`` by :class:`~onnx_light.onnx._commit.atomic.AtomicFiles`.
+- sharing the source's weights: references kept verbatim, as the shared save
+  keeps them, new inline tensors into a small file, refused outside the
+  source's folder;
+- a compact copy: the references read from the source, every referenced byte
+  range planned by the one planner, copied file to file by the copy engine and
+  committed with the ``.onnx``.
+
+Its own steps: the retyped tensors found (:func:`~onnx_light.onnx._plan.cast.find_casts`:
+their bytes follow the dtype), and a sharing save that would share nothing refused.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 import onnx
 
 from ._commit.targets import destination_path, real_entry
 from ._errors import shown
-from ._options import SerializeOptions, check_progress, check_size_threshold
+from ._options import WriteOptions, check_options
+from ._pipeline import Pipeline, WriteResult
 from ._plan.cast import find_casts
+from ._plan.planner import Plan
 from ._read.source_tensors import source_tensors
-from ._read.sources import SourceFiles, kernel_path
-from ._write.save_plan import SavePlan
-from ._write.shards import default_weights
+from ._read.sources import kernel_path
 
 __all__ = ["save_edited"]
 
 
-class _SharingPlan(SavePlan):
-    overwrite_hint = "give the edited model another file name than the source's files"
-    keep_hint = (
-        "; with share_weights=True the edited model reads the source's weights as the "
-        "source does: restore the file, or check that the model was loaded from src_onnx_path"
-    )
+_SHARING_HINT = "give the edited model another file name than the source's files"
+_SHARING_KEEP_HINT = (
+    "; with share_weights=True the edited model reads the source's weights as the "
+    "source does: restore the file, or check that the model was loaded from src_onnx_path"
+)
 
 
 def _check_paths(src: str, dst: str, share_weights: bool) -> None:
@@ -72,12 +73,8 @@ def save_edited(
     dst_weights_path: str | os.PathLike | None = None,
     *,
     share_weights: bool = False,
-    alignment: int = 4096,
-    size_threshold: int = 1024,
-    max_shard_size: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    durable: bool = False,
-) -> int:
+    options: WriteOptions | None = None,
+) -> WriteResult:
     """Save a model edited without its weights: sharing the source's weights, or a compact copy.
 
     ``model`` was loaded with ``load(src_onnx_path, load_external_data=False,
@@ -94,18 +91,18 @@ def save_edited(
       folder: the destination must lie in the source's folder (a destination
       elsewhere is refused, since locations may not climb out of a model's
       folder). No byte of the source's weights is read or written; new inline
-      tensors of at least ``size_threshold`` bytes go to ``dst_weights_path``.
+      tensors of at least ``options.size_threshold`` bytes go to
+      ``dst_weights_path``.
       Deleting the source's weights breaks the edited model. When no tensor
       references the source at all and weights would be written, it is
       refused: nothing would be shared.
     - ``share_weights=False`` (default): a self-contained copy holding only
       the bytes the edited model references, anywhere. Each referenced range is
-      copied file to file by the kernel into ``dst_weights_path`` at offsets
-      aligned to ``alignment``, as
-      :func:`~onnx_light.onnx.align_external_data_streaming` does (one range
-      shared by several tensors is copied once); inline tensors of at least
-      ``size_threshold`` bytes join them. Memory does not grow with the
-      weights' size.
+      copied file to file by the kernel into ``dst_weights_path`` at aligned
+      offsets, as :func:`~onnx_light.onnx.align_external_data_streaming` does
+      (one range shared by several tensors is copied once); inline tensors of
+      at least ``options.size_threshold`` bytes join them. Memory does not
+      grow with the weights' size.
 
     **The bytes follow the dtype.** When the edited model gives an external
     tensor another ``data_type`` than the source's tensor it is (a graph tool
@@ -151,30 +148,22 @@ def save_edited(
             Created only when some tensor goes there.
         share_weights: keep the references to the source's weights (True)
             or write a compact copy (False).
-        alignment: offsets in the new weights file are multiples of it
-            (0 or 1: dense; else a power of two up to 1 GiB).
-        size_threshold: inline tensors of at least this many bytes go to the
-            new weights file (onnx.save's 1024 by default); smaller ones stay
-            inline.
-        max_shard_size: split the new weights into files of at most this
-            many bytes (named as onnx-ir names shards). None: one file.
-        progress: ``progress(done_bytes, total_bytes)`` while the new weights
-            are written, as in :func:`~onnx_light.onnx.align_external_data_streaming` (whose docstring shows a tqdm bar).
-        durable: flush the new files and their folder to the disk before
-            returning (``fsync``), as in
-            :func:`~onnx_light.onnx.align_external_data_streaming`.
+        options: the :class:`~onnx_light.onnx.WriteOptions` of the new
+            weights (alignment, size threshold, shards, chunk size, durable,
+            drop behind, progress); None: the defaults.
 
     Returns:
-        The size in bytes of the new weights file (padding included; the sum
-        of the shards), 0 when no tensor went there and no file was written.
+        A :class:`~onnx_light.onnx.WriteResult`: an int, the bytes of the new
+        weights files (padding included; the sum of the shards), 0 when no
+        tensor went there and no file was written.
 
     Raises:
-        TypeError: ``model`` is not a ModelProto, a setting has the wrong
-            type, or ``progress`` is not callable.
+        TypeError: ``model`` is not a ModelProto, or ``options`` not a
+            :class:`~onnx_light.onnx.WriteOptions`.
         ValueError: the destination is the source, a sharing destination is
             outside the source's folder, a sharing save that would share
-            nothing (every weight held in memory), a bad setting, or a
-            weights path outside the destination folder.
+            nothing (every weight held in memory), or a weights path outside
+            the destination folder.
         FileNotFoundError: the source model or a referenced data file is
             missing (the message names the tensor and the path).
         ExternalDataError: a reference is malformed, unsafe or out of range,
@@ -202,42 +191,38 @@ def save_edited(
 
     .. versionadded:: 0.1
     """
-    check_progress(progress)
-    src = kernel_path(src_onnx_path)
-    dst = destination_path(dst_onnx_path)
-    _check_paths(src, dst, bool(share_weights))
-    options = SerializeOptions(
-        alignment=alignment,
-        size_threshold=check_size_threshold(size_threshold),
-        use_external_data_location=bool(share_weights),
-        base_dir=None if share_weights else src,  # compact: references read from the source
-        max_shard_size=max_shard_size,
-        durable=durable,
-    )
-    if dst_weights_path is None:
-        dst_weights_path = default_weights(dst)[0]
-    with SourceFiles() as files:
-        files.model(src)  # a source, in both modes: no destination may replace it
-        casts = find_casts(model, lambda: source_tensors(src, files), src)
-        plan = (_SharingPlan if share_weights else SavePlan)(
-            model, dst, dst_weights_path, options, files, casts
-        )
-        if share_weights:
-            _check_shares(plan, src)
-        return plan.write(progress=progress)
+    options = check_options(options)
+    src, dst = kernel_path(src_onnx_path), destination_path(dst_onnx_path)
+    share = bool(share_weights)
+    _check_paths(src, dst, share)
+    with Pipeline(options, [dst], dst_weights_path) as run:
+        run.files.model(src)  # a source, in both modes: no destination may replace it
+        casts = find_casts(model, lambda: source_tensors(src, run.files), src)
+        if share:  # the references as they are, into the source's files
+            edited = run.add_model(
+                model, dst, keep=True, casts=casts, hint=_SHARING_HINT, keep_hint=_SHARING_KEEP_HINT
+            )
+        else:  # a compact copy: every reference read from the source
+            edited = run.add_model(model, dst, keep=False, base=src, casts=casts)
+        run.lay_out()
+        run.check_targets()
+        if share:
+            _check_shares(edited.plan, src)
+        run.write()
+    return run.result()
 
 
-def _check_shares(plan: SavePlan, src: str) -> None:
+def _check_shares(plan: Plan, src: str) -> None:
     """A sharing save that would share nothing and copy weights is refused.
 
     Raises:
         ValueError: no tensor references the source, and some would be
             written to the new weights file.
     """
-    if plan.plan.kept or not plan.plan.items:
+    if plan.kept or not plan.items:
         return
-    size = sum(item.size for item in plan.plan.items)
-    converted = sum(item.cast is not None for item in plan.plan.items)
+    size = sum(item.size for item in plan.items)
+    converted = sum(item.cast is not None for item in plan.items)
     if converted:
         raise ValueError(
             f"share_weights=True would share nothing with {shown(src)}: the {converted} "
@@ -247,7 +232,7 @@ def _check_shares(plan: SavePlan, src: str) -> None:
         )
     raise ValueError(
         f"share_weights=True would share nothing with {shown(src)}: no tensor of the model "
-        f"references its files, and {len(plan.plan.items)} tensors ({size} bytes) held in "
+        f"references its files, and {len(plan.items)} tensors ({size} bytes) held in "
         "memory would be copied into a new weights file. A model loaded from a single-file "
         "export with load_external_data=False holds its weights inline: load it with "
         "skip_raw_data=True (its tensors then reference the source .onnx, which the edited "

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 import onnx
 
 from ._commit.atomic import folder_lock
 from ._commit.targets import destination_path
 from ._errors import shown
-from ._options import SerializeOptions, check_num_threads, check_options, check_progress
+from ._options import SerializeOptions, WriteOptions, check_num_threads, check_options
+from ._pipeline import Pipeline, WriteResult
 from ._read.external import TensorRef, set_inline
-from ._read.scan import PROTOBUF_LIMIT, external_refs, own_location, parse_model, scan_model
+from ._read.scan import external_refs, own_location, parse_model, scan_model
 from ._read.sources import SourceFiles, kernel_path
 from ._system.files import read_refs, read_whole
-from ._write.save_plan import SavePlan
 
 __all__ = ["load", "save", "serialize_to_file"]
 
@@ -116,9 +115,8 @@ def save(
     path: str | os.PathLike,
     location: str | os.PathLike | None = None,
     *,
-    options: SerializeOptions | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> None:
+    options: SerializeOptions | WriteOptions | None = None,
+) -> WriteResult:
     """Save a model, its big tensors in an aligned external weights file.
 
     Without ``location`` the model is saved as one file. With it, every tensor
@@ -136,11 +134,15 @@ def save(
             path from that folder (a name is placed next to ``path``).
             Recorded relative to the folder; a path both readings could
             mean is refused.
-        options: a :class:`SerializeOptions` (defaults when None).
-        progress: ``progress(done_bytes, total_bytes)`` while the weights
-            file is written, at least once per 4 MiB and last with
-            ``done == total``, as in
-            :func:`~onnx_light.onnx.align_external_data_streaming` (whose docstring shows a tqdm bar).
+        options: a :class:`SerializeOptions` (None: its defaults, onnx.save's:
+            **dense**, ``alignment`` 0), or any
+            :class:`~onnx_light.onnx.WriteOptions` (aligned to 4096 by
+            default; tensors already external keep their references, as
+            with ``use_external_data_location``).
+
+    Returns:
+        A :class:`~onnx_light.onnx.WriteResult`: an int, the bytes of the
+        weights files written (0 without ``location``).
 
     Raises:
         ValueError: the model exceeds 2 GiB without ``location``, or
@@ -148,8 +150,8 @@ def save(
         FileNotFoundError: the destination folder or a referenced file is missing.
         ExternalDataError: an existing reference is unsafe or does not
             resolve from the destination folder.
-        TypeError: ``model`` is not a ModelProto, ``options`` not a
-            :class:`SerializeOptions`, or ``progress`` not callable.
+        TypeError: ``model`` is not a ModelProto, or ``options`` not a
+            :class:`SerializeOptions`.
 
     Examples:
         Save a model with its tensors of 1 KiB or more in
@@ -170,17 +172,15 @@ def save(
             onnxl.save(model, "model.onnx", location="model.onnx.data", options=opts)
             onnxl.save(model, "single.onnx")
     """
-    options = check_options(options)
-    check_progress(progress)
+    options = check_options(options, SerializeOptions)
     path = destination_path(path)
-    with SourceFiles() as files:
-        plan = SavePlan(model, path, location, options, files)
-        if location is None and plan.plan.inline_bytes > PROTOBUF_LIMIT:
-            raise ValueError(
-                f"model for {shown(path)} holds {plan.plan.inline_bytes} bytes of tensor data, over "
-                "protobuf's 2 GiB limit: pass location= to store the weights in a second file"
-            )
-        plan.write(progress=progress)
+    with Pipeline(options, [path], location, single_file=location is None) as run:
+        keep = getattr(options, "use_external_data_location", True)
+        run.add_model(model, path, keep=keep, base=getattr(options, "base_dir", None))
+        run.lay_out()
+        run.check_targets()
+        run.write()
+    return run.result()
 
 
 def serialize_to_file(

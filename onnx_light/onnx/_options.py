@@ -1,17 +1,22 @@
-"""SerializeOptions: how :func:`onnx_light.onnx.save` lays out weights."""
+"""The settings of every writer (:class:`WriteOptions`, and :class:`SerializeOptions`,
+``save``'s view of it) and each setting's one check."""
 
 from __future__ import annotations
 
 import copy
 import numbers
 import os
+from collections.abc import Callable
 
 __all__ = [
+    "LARGEST_FLOAT16",
     "ONNX_IR",
     "SETTINGS",
     "SHARD_NAMINGS",
+    "SMALLEST_FLOAT16",
     "TRANSFORMERS_JS",
     "SerializeOptions",
+    "WriteOptions",
     "check_alignment",
     "check_chunk_size",
     "check_max_finite_val",
@@ -282,20 +287,27 @@ SETTINGS = (
 )
 
 
-def check_options(options: object) -> SerializeOptions:
-    """The options to use: ``options`` itself, or the defaults when it is None.
+def check_options(options: object, cls: type = None, **given: object) -> WriteOptions:
+    """The settings of one call: ``options``, the defaults of ``cls`` when it is None, with
+    the arguments ``given`` (the original API's positional ``alignment`` and
+    ``chunk_size`` of ``align_external_data_streaming``) set on a copy when not None.
 
     Raises:
-        TypeError: when it is neither None nor a :class:`SerializeOptions`.
+        TypeError: ``options`` is neither None nor a :class:`WriteOptions` (the
+            message names ``cls``, :class:`SerializeOptions` for ``save``).
+        ValueError: a value of ``given`` is out of range.
     """
+    cls = cls or WriteOptions
     if options is None:
-        return SerializeOptions()
-    if not isinstance(options, SerializeOptions):
-        raise TypeError(f"options must be a SerializeOptions or None, got {options!r}")
-    return options
+        options = cls()
+    elif not isinstance(options, WriteOptions):
+        kinds = {cls.__name__: None, WriteOptions.__name__: None}  # the verb's, then the base
+        raise TypeError(f"options must be a {', a '.join(kinds)} or None, got {options!r}")
+    given = {name: value for name, value in given.items() if value is not None}
+    return derived(options, **given) if given else options
 
 
-def derived(options: SerializeOptions, **changes: object) -> SerializeOptions:
+def derived(options: WriteOptions, **changes: object) -> WriteOptions:
     """A copy of ``options`` with ``changes`` set, every other setting kept.
 
     Writers that must change a setting (the shared save keeps references)
@@ -308,71 +320,127 @@ def derived(options: SerializeOptions, **changes: object) -> SerializeOptions:
     return new
 
 
-class SerializeOptions:
-    """Options of :func:`onnx_light.onnx.save`, mutable and checked on assignment.
+class WriteOptions:
+    """How a writer writes weights: the settings every writer takes, as ``options=``.
+
+    One object for :func:`~onnx_light.onnx.save`,
+    :func:`~onnx_light.onnx.save_model_with_shared_external_data`,
+    :func:`~onnx_light.onnx.align_external_data_streaming`,
+    :func:`~onnx_light.onnx.deduplicate_external_data`,
+    :func:`~onnx_light.onnx.save_edited` and
+    :func:`~onnx_light.onnx.convert_float_to_float16`; each setting is
+    checked when it is set (the constructor included), by the rule every
+    writer and the command line apply, so a value means the same thing and
+    fails the same way everywhere: a value of the wrong type
+    (``alignment="4096"``, ``max_shard_size=True``) raises
+    :class:`TypeError`, one out of range :class:`ValueError`. A writer never
+    modifies the object it is given.
+
+    :class:`SerializeOptions`, the settings of the original API's ``save``,
+    is this object with onnx.save's defaults (``alignment`` 0: dense).
 
     Attributes:
-        alignment: offsets of tensors in the weights file are multiples of it
-            (a power of two; 0 or 1 means dense). Default 0.
-        size_threshold: tensors whose raw data is smaller (in bytes) stay inline
-            in the ``.onnx`` file. Default 1024.
-        use_external_data_location: tensors already stored as external data
-            keep their ``external_data`` entries verbatim (True, default) or have
-            their bytes streamed into the new weights file (False).
-        num_threads: parallel writers of the tensors held in memory;
-            ``None`` (default): one (more did not make a save faster, see
-            :func:`~onnx_light.onnx.load`'s ``num_threads``).
-        max_shard_size: split the weights file into shards of at most this
-            many bytes, named as onnx-ir names them
-            (``model-00001-of-00003.onnx.data``); None (default): one file.
-        shard_naming: ``"onnx-ir"`` (default) or ``"transformers.js"``
-            (``model.onnx_data``, ``model.onnx_data_1``...: the names its
-            loader derives from ``model.onnx``, at most 100 files).
-        durable: flush the new files and their folder to the disk before the
-            call returns (``fsync``), even when they replace nothing; a save
-            that replaces existing files always does. Default False.
-        base_dir: where external references are read from when
-            ``use_external_data_location`` is False: the folder the model was
-            loaded from, or the ``.onnx`` file itself (then, as in ``load``,
-            a file may also lie in the folder of its real path, e.g. in a
-            Hugging Face cache); ``None`` means the destination folder.
+        alignment: offsets of tensors in a weights file are multiples of it:
+            0 or 1 dense (no padding), else a power of two up to 1 GiB.
+            Default 4096.
+        size_threshold: inline tensors of at least this many bytes move to
+            the weights file; smaller ones stay inline in the ``.onnx``.
+            None (default): onnx.save's 1024, except for
+            ``align_external_data_streaming``, which leaves inline tensors
+            inline (but in a source without any external data: re-aligning a
+            single file means giving it external data, and 1024 applies).
+        max_shard_size: split the weights into files of at most this many
+            bytes, each tensor whole in one file, aligned within it (a tensor
+            larger than the limit is alone in its file); every file and the
+            ``.onnx`` are committed together. None (default): one file.
+        shard_naming: how shards are named: ``"onnx-ir"``
+            (``model-00001-of-00003.onnx.data`` for ``model.onnx.data``) or
+            ``"transformers.js"`` (``model.onnx_data``, ``model.onnx_data_1``...,
+            at most 100 files: the names its loader derives from
+            ``model.onnx``; the default weights name is then ``DST_data``).
+            None (default): ``"onnx-ir"``, or, in place, the naming the
+            model's shards already follow.
+        chunk_size: bytes per copy call, and between two ``progress`` calls,
+            from 1 byte to 1 GiB. Default 4 MiB. Without ``progress``, copies
+            the filesystem may share (XFS, btrfs) go in calls of up to 1 GiB:
+            sharing blocks is a metadata operation.
+        num_threads: parallel writers of the tensors held in memory (a
+            model given to ``save``); None (default): one (more did not make
+            a save faster, see :func:`~onnx_light.onnx.load`'s
+            ``num_threads``).
+        durable: flush the new files and their folder to the disk before
+            the call returns (``fsync``), so a power cut after it cannot lose
+            them, even when they replace nothing; a call that replaces
+            existing files always does. Default False.
+        drop_behind: drop the copied ranges of the sources and the
+            destination from the page cache as the copy goes (the
+            destination's written to the disk first), so a copy larger than
+            the memory leaves the rest of the cache alone. None (default):
+            when the bytes to copy exceed the memory available (the kernel's
+            ``MemAvailable``, or the room left in the process's memory
+            cgroup); the sources' ranges only when the copy is at least 64 MiB
+            and its source is cold (less than half of a few probed ranges in
+            the page cache), the destination kept cached for the next step.
+        remove_unreferenced: a call that replaces its source model in place
+            (align, dedup, convert) lists the weights files the old model read
+            that no ``.onnx`` of its folder references any more (the result's
+            ``unreferenced``); True deletes them too (``removed``). Default
+            False.
+        progress: ``progress(done_bytes, total_bytes)``, called while the
+            weights are written, at least once per ``chunk_size`` and last
+            with ``done == total`` (``(0, 0)`` when no weights file is
+            written); the total may be refined as a call learns. None
+            (default): none.
 
     Example::
 
-        opts = SerializeOptions()
-        opts.alignment = 4096
+        from onnx_light.onnx import WriteOptions, align_external_data_streaming
+
+        opts = WriteOptions(max_shard_size=2 * 1024**3, durable=True)
+        align_external_data_streaming("model.onnx", "aligned.onnx", options=opts)
+
+    .. versionadded:: 0.1
     """
 
     __slots__ = (
         "_alignment",
         "_size_threshold",
-        "use_external_data_location",
-        "_num_threads",
-        "base_dir",
         "_max_shard_size",
         "_shard_naming",
+        "_chunk_size",
+        "_num_threads",
         "durable",
+        "drop_behind",
+        "remove_unreferenced",
+        "_progress",
     )
+
+    _WRITER_DEFAULTS = True  # size_threshold and shard_naming may be None: the writer's own
 
     def __init__(
         self,
-        alignment: int = 0,
-        size_threshold: int = 1024,
-        use_external_data_location: bool = True,
-        num_threads: int | None = None,
-        base_dir: str | os.PathLike | None = None,
+        *,
+        alignment: int = 4096,
+        size_threshold: int | None = None,
         max_shard_size: int | None = None,
-        shard_naming: str = "onnx-ir",
+        shard_naming: str | None = None,
+        chunk_size: int = 4 * 1024 * 1024,
+        num_threads: int | None = None,
         durable: bool = False,
+        drop_behind: bool | None = None,
+        remove_unreferenced: bool = False,
+        progress: Callable[[int, int], None] | None = None,
     ) -> None:
         self.alignment = alignment
         self.size_threshold = size_threshold
-        self.use_external_data_location = bool(use_external_data_location)
-        self.num_threads = num_threads
-        self.base_dir = base_dir
         self.max_shard_size = max_shard_size
         self.shard_naming = shard_naming
+        self.chunk_size = chunk_size
+        self.num_threads = num_threads
         self.durable = bool(durable)
+        self.drop_behind = None if drop_behind is None else bool(drop_behind)
+        self.remove_unreferenced = bool(remove_unreferenced)
+        self.progress = progress
 
     @property
     def alignment(self) -> int:
@@ -384,20 +452,13 @@ class SerializeOptions:
         self._alignment = int(value)  # 0 stays 0 (dense), as given
 
     @property
-    def size_threshold(self) -> int:
+    def size_threshold(self) -> int | None:
         return self._size_threshold
 
     @size_threshold.setter
-    def size_threshold(self, value: int) -> None:
-        self._size_threshold = check_size_threshold(value)
-
-    @property
-    def num_threads(self) -> int | None:
-        return self._num_threads
-
-    @num_threads.setter
-    def num_threads(self, value: int | None) -> None:
-        self._num_threads = None if value is None else check_num_threads(value)
+    def size_threshold(self, value: int | None) -> None:
+        writer_default = value is None and self._WRITER_DEFAULTS
+        self._size_threshold = None if writer_default else check_size_threshold(value)
 
     @property
     def max_shard_size(self) -> int | None:
@@ -408,18 +469,101 @@ class SerializeOptions:
         self._max_shard_size = check_max_shard_size(value)
 
     @property
-    def shard_naming(self) -> str:
+    def shard_naming(self) -> str | None:
         return self._shard_naming
 
     @shard_naming.setter
-    def shard_naming(self, value: str) -> None:
-        self._shard_naming = check_shard_naming(value)
+    def shard_naming(self, value: str | None) -> None:
+        writer_default = value is None and self._WRITER_DEFAULTS
+        self._shard_naming = None if writer_default else check_shard_naming(value)
+
+    @property
+    def chunk_size(self) -> int:
+        return self._chunk_size
+
+    @chunk_size.setter
+    def chunk_size(self, value: int) -> None:
+        self._chunk_size = check_chunk_size(value)
+
+    @property
+    def num_threads(self) -> int | None:
+        return self._num_threads
+
+    @num_threads.setter
+    def num_threads(self, value: int | None) -> None:
+        self._num_threads = None if value is None else check_num_threads(value)
+
+    @property
+    def progress(self) -> Callable[[int, int], None] | None:
+        return self._progress
+
+    @progress.setter
+    def progress(self, value: Callable[[int, int], None] | None) -> None:
+        self._progress = check_progress(value)
+
+    def _fields(self) -> list[str]:
+        mro = reversed(type(self).__mro__)
+        return [name.lstrip("_") for cls in mro for name in getattr(cls, "__slots__", ())]
 
     def __repr__(self) -> str:
-        return (
-            f"SerializeOptions(alignment={self.alignment}, size_threshold={self.size_threshold}, "
-            f"use_external_data_location={self.use_external_data_location}, "
-            f"num_threads={self.num_threads}, base_dir={self.base_dir!r}, "
-            f"max_shard_size={self.max_shard_size}, shard_naming={self.shard_naming!r}, "
-            f"durable={self.durable})"
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields())
+        return f"{type(self).__name__}({fields})"
+
+
+class SerializeOptions(WriteOptions):
+    """The settings of :func:`~onnx_light.onnx.save` as the original API names them.
+
+    A :class:`WriteOptions` (every writer takes it, and every setting means
+    what it says there) with the defaults of ``onnx.save``, and two settings
+    of its own for a model held in memory. The exception a reader meets
+    here: ``alignment`` defaults to **0**, tensors packed densely as onnx
+    writes them, where :class:`WriteOptions` aligns to 4096; set it
+    (``opts.alignment = 4096``) for aligned weights. ``size_threshold``
+    defaults to 1024 and ``shard_naming`` to ``"onnx-ir"`` (neither takes
+    None). The other settings keep :class:`WriteOptions`'s defaults.
+
+    Attributes:
+        use_external_data_location: tensors already stored as external data
+            keep their ``external_data`` entries verbatim (True, default) or
+            have their bytes streamed into the new weights file (False).
+        base_dir: where external references are read from when
+            ``use_external_data_location`` is False: the folder the model was
+            loaded from, or the ``.onnx`` file itself (then, as in ``load``,
+            a file may also lie in the folder of its real path, e.g. in a
+            Hugging Face cache); ``None`` means the destination folder.
+
+    Example::
+
+        opts = SerializeOptions()
+        opts.alignment = 4096
+
+    .. versionadded:: 0.1
+    """
+
+    __slots__ = ("use_external_data_location", "base_dir")
+
+    _WRITER_DEFAULTS = False
+
+    def __init__(
+        self,
+        alignment: int = 0,
+        size_threshold: int = 1024,
+        use_external_data_location: bool = True,
+        num_threads: int | None = None,
+        base_dir: str | os.PathLike | None = None,
+        max_shard_size: int | None = None,
+        shard_naming: str = ONNX_IR,
+        durable: bool = False,
+        **settings: object,
+    ) -> None:
+        super().__init__(
+            alignment=alignment,
+            size_threshold=size_threshold,
+            num_threads=num_threads,
+            max_shard_size=max_shard_size,
+            shard_naming=shard_naming,
+            durable=durable,
+            **settings,
         )
+        self.use_external_data_location = bool(use_external_data_location)
+        self.base_dir = base_dir

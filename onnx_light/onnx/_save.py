@@ -1,36 +1,30 @@
 """save_model_with_shared_external_data: a variant that writes only its new weights.
 
-Beside its body: a :class:`~onnx_light.onnx._write.save_plan.SavePlan` that keeps every external
-reference verbatim (``use_external_data_location`` forced on a copy of the
-caller's options) and writes the new inline tensors to ``DST.data``.
+A recipe over the write pipeline (``_pipeline.py``): the model held in memory,
+every external reference kept verbatim (whatever ``use_external_data_location``
+says), its new inline tensors written to ``DST.data``, then turned into
+references to it in the caller's model.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 import onnx
 
 from ._commit.targets import destination_path
-from ._options import SerializeOptions, check_options, check_progress, derived
-from ._read.sources import SourceFiles
-from ._write.save_plan import SavePlan
+from ._options import SerializeOptions, WriteOptions, check_options
+from ._pipeline import Pipeline, WriteResult
 
 __all__ = ["save_model_with_shared_external_data"]
-
-
-class _SharedPlan(SavePlan):
-    overwrite_hint = "give the variant another file name than the model it shares weights with"
 
 
 def save_model_with_shared_external_data(
     model: onnx.ModelProto,
     dst_onnx_path: str | os.PathLike,
     *,
-    options: SerializeOptions | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> int:
+    options: SerializeOptions | WriteOptions | None = None,
+) -> WriteResult:
     """Save a variant model that reuses another model's weights file.
 
     Tensors already EXTERNAL keep their ``external_data`` entries verbatim: no
@@ -47,29 +41,31 @@ def save_model_with_shared_external_data(
             given new tensors.
         dst_onnx_path: the new ``.onnx``; it must sit where the reused
             locations resolve (usually next to the first model).
-        options: alignment, size threshold and writer threads
+        options: a :class:`~onnx_light.onnx.SerializeOptions` (None: its
+            defaults, **dense** as ``save``) or any
+            :class:`~onnx_light.onnx.WriteOptions`
             (``use_external_data_location`` is always True here); keyword-only.
-        progress: ``progress(done_bytes, total_bytes)`` while the new
-            weights are written, as in :func:`align_external_data_streaming` (whose
-            docstring shows a tqdm bar).
 
     Returns:
-        The size of the new ``.data`` file, 0 when no tensor was new (the file
-        is then not created).
+        A :class:`~onnx_light.onnx.WriteResult`: an int, the size of the new
+        ``.data`` file, 0 when no tensor was new (the file is then not
+        created).
 
     Raises:
         FileNotFoundError: a reused file is missing.
         ExternalDataError: a reused reference is unsafe, out of range, or
             would be overwritten by this save.
-        TypeError: ``model`` is not a ModelProto, ``options`` not a
-            :class:`SerializeOptions`, or ``progress`` not callable.
+        TypeError: ``model`` is not a ModelProto, or ``options`` not a
+            :class:`~onnx_light.onnx.SerializeOptions`.
 
     .. versionadded:: 0.1
     """
-    options = check_options(options)
-    check_progress(progress)
-    opts = derived(options, use_external_data_location=True)
+    options = check_options(options, SerializeOptions)
     path = destination_path(dst_onnx_path)
-    with SourceFiles() as files:
-        plan = _SharedPlan(model, path, os.path.basename(path) + ".data", opts, files)
-        return plan.write(mutate=True, progress=progress)
+    with Pipeline(options, [path], os.path.basename(path) + ".data") as run:
+        hint = "give the variant another file name than the model it shares weights with"
+        run.add_model(model, path, keep=True, update=True, hint=hint)
+        run.lay_out()
+        run.check_targets()
+        run.write()
+    return run.result()

@@ -40,7 +40,10 @@ def test_pair_shares_seven_eighths(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     result = onnxl.deduplicate_external_data(
-        [a, b], [str(out / "a.onnx"), str(out / "b.onnx")], "weights.data", alignment=0
+        [a, b],
+        [str(out / "a.onnx"), str(out / "b.onnx")],
+        "weights.data",
+        options=onnxl.WriteOptions(alignment=0),
     )
     assert result.bytes_written == pytest.approx(naive * 9 / 16, rel=0.01)
     assert _arrays(str(out / "b.onnx")).keys() == xb.keys()

@@ -28,13 +28,17 @@ def _foreign(path: str) -> bool:
     return path.casefold().endswith(".safetensors")  # MODEL.SAFETENSORS too
 
 
-def unreferenced(model_path: str, old: list[SourceFile], new: list[str]) -> list[str]:
+def unreferenced(
+    model_path: str, old: list[SourceFile], new: list[str], stacklevel: int = 2
+) -> list[str]:
     """The weights files the old model read that no ``.onnx`` of its folder references now.
 
     Args:
         model_path: the model just replaced in place.
         old: the data files the old model read (as opened by the call).
         new: the weights files the new model references.
+        stacklevel: the frame a warning names, counted from this function's
+            caller (1): the user's call of the writer.
 
     Returns:
         Their paths, in the order of ``old``: never a ``.onnx`` (another
@@ -64,7 +68,7 @@ def unreferenced(model_path: str, old: list[SourceFile], new: list[str]) -> list
         warnings.warn(
             f"{len(candidates)} weights file(s) that {shown(model_path)} no longer references "
             f"were kept: {shown(unreadable[0])} could not be read to check what it references",
-            stacklevel=3,
+            stacklevel=stacklevel + 1,
         )
         return []
     return [path for path in candidates.values() if path not in read]
