@@ -56,8 +56,9 @@ src, dst, drop = sys.argv[1], sys.argv[2], eval(sys.argv[3])
 seen = []
 real = shards.drop_by_default
 shards.drop_by_default = lambda *a: seen.append(real(*a)) or seen[-1]
+opts = onnxl.WriteOptions(drop_behind=drop)
 c0, t0 = os.times(), time.perf_counter()
-onnxl.align_external_data_streaming(src, dst, "model.onnx.data", 4096, drop_behind=drop)
+onnxl.align_external_data_streaming(src, dst, "model.onnx.data", 4096, options=opts)
 t1, c1 = time.perf_counter(), os.times()
 fd = os.open(dst + ".data", os.O_RDONLY)
 os.fsync(fd)

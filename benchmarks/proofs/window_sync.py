@@ -75,12 +75,14 @@ model, data = os.path.join(out, "model.onnx"), os.path.join(out, "model.onnx.dat
 if run != "cp":
     import onnx_light.onnx as ol
     from onnx_light.onnx._system.memory import SOURCE
-    kwargs = {"default": {}, "source": {"drop_behind": SOURCE}, "keep": {"drop_behind": False}}
+    opts = ol.WriteOptions()
+    # the engine's own value for "the source's pages only", set as it is (not a bool)
+    opts.drop_behind = {"default": None, "source": SOURCE, "keep": False}[run]
 t = time.perf_counter()
 if run == "cp":
     subprocess.run(["cp", src + ".data", data], check=True)
 else:
-    ol.align_external_data_streaming(src, model, "model.onnx.data", 4096, **kwargs[run])
+    ol.align_external_data_streaming(src, model, "model.onnx.data", 4096, options=opts)
 seconds = time.perf_counter() - t
 for path in (model, data):
     if os.path.exists(path):

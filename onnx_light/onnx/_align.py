@@ -19,8 +19,7 @@ from ._pipeline import Pipeline, WriteResult
 from ._plan.planner import Plan
 from ._read.external import PLACED
 from ._read.sources import SourceFiles, identity, kernel_path
-from ._system.files import only_zeros_between
-from ._write.shards import WeightsFiles
+from ._write.shards import WeightsFiles, only_padding_left
 
 __all__ = ["AlignResult", "align_external_data_streaming"]
 
@@ -227,11 +226,4 @@ def _as_written(plan: Plan, weights: WeightsFiles, files: SourceFiles) -> bool:
         return False
     if not all(os.path.getsize(p) == n for p, n in zip(weights.paths, sizes, strict=True)):
         return False
-    return all(_padding_is_zero(source, plan, files) for source in plan.sources)
-
-
-def _padding_is_zero(source, plan: Plan, files: SourceFiles) -> bool:
-    """True when the bytes of ``source`` no tensor reads are zero, as a rewrite writes them."""
-    ranges = [(it.ref.offset, it.ref.length) for it in plan.items if it.ref.source is source]
-    with files.lease(source) as fd:
-        return only_zeros_between(fd, source.size, ranges)
+    return all(only_padding_left(source, plan.items, files) for source in plan.sources)

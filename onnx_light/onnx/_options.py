@@ -231,8 +231,8 @@ def check_setting(name: str, value: object) -> object:
     The rules: ``alignment`` 0 or 1 (dense) or a power of two up to 1 GiB;
     ``size_threshold`` and ``inline_below`` a non-negative int;
     ``max_shard_size`` a positive int or None; ``chunk_size`` 1 byte to 1 GiB;
-    ``num_threads`` a positive int; ``shard_naming`` one of
-    :data:`~onnx_light.onnx.SHARD_NAMINGS`; the float16 conversion's clipping
+    ``num_threads`` a positive int; ``shard_naming`` ``"onnx-ir"`` or
+    ``"transformers.js"``; the float16 conversion's clipping
     limits, ``min_positive_val`` a number of at least 5.96e-08 and
     ``max_finite_val`` one of at most 65504 (float16's own range).
 

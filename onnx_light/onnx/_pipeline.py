@@ -468,8 +468,7 @@ class Pipeline:
             return
         with folder_lock(os.path.dirname(replaced[0].dst)):  # one folder: every destination's
             for model in replaced:
-                # a warning names the user's call: this, write(), the verb, its caller
-                for path in unreferenced(model.dst, model.plan.sources, outputs, stacklevel=4):
+                for path in unreferenced(model.dst, model.plan.sources, outputs):
                     if path not in self.unreferenced:
                         self.unreferenced.append(path)
             if self.options.remove_unreferenced:

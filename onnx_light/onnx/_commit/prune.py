@@ -22,23 +22,24 @@ from .readers import Listings, is_model_name, readers, stored_spelling
 __all__ = ["remove", "unreferenced"]
 
 
+# the frame a warning names: the user's call of a writer (this module's unreferenced,
+# the write pipeline's prune, its write, the writer, the line that called it)
+CALLER = 5
+
+
 def _foreign(path: str) -> bool:
     """A file other tools load for themselves (a ``.safetensors`` that transformers or
     PyTorch read, and an ONNX model may point into): never left for pruning."""
     return path.casefold().endswith(".safetensors")  # MODEL.SAFETENSORS too
 
 
-def unreferenced(
-    model_path: str, old: list[SourceFile], new: list[str], stacklevel: int = 2
-) -> list[str]:
+def unreferenced(model_path: str, old: list[SourceFile], new: list[str]) -> list[str]:
     """The weights files the old model read that no ``.onnx`` of its folder references now.
 
     Args:
         model_path: the model just replaced in place.
         old: the data files the old model read (as opened by the call).
         new: the weights files the new model references.
-        stacklevel: the frame a warning names, counted from this function's
-            caller (1): the user's call of the writer.
 
     Returns:
         Their paths, in the order of ``old``: never a ``.onnx`` (another
@@ -68,7 +69,7 @@ def unreferenced(
         warnings.warn(
             f"{len(candidates)} weights file(s) that {shown(model_path)} no longer references "
             f"were kept: {shown(unreadable[0])} could not be read to check what it references",
-            stacklevel=stacklevel + 1,
+            stacklevel=CALLER,
         )
         return []
     return [path for path in candidates.values() if path not in read]

@@ -26,7 +26,7 @@ from .._system.files import only_zeros_between
 from .._system.memory import drop_by_default
 from .writer import write_weights
 
-__all__ = ["WeightsFiles", "default_weights", "kept_weights"]
+__all__ = ["WeightsFiles", "kept_weights", "only_padding_left"]
 
 
 def kept_weights(
@@ -66,50 +66,16 @@ def kept_weights(
     read, unreadable = readers([s.path for s in kept], folder, skip, listings)
     if read or unreadable:  # another model reads them (or may): they stay, under their names
         return None
-    if files is not None and not all(_only_padding_left(s, items, files) for s in kept):
+    if files is not None and not all(only_padding_left(s, items, files) for s in kept):
         return None  # replacing it would drop bytes no tensor reads any more
     return os.path.join(folder, followed[0]), followed[1]
 
 
-def _only_padding_left(source: SourceFile, items: Sequence[Item], files: SourceFiles) -> bool:
+def only_padding_left(source: SourceFile, items: Sequence[Item], files: SourceFiles) -> bool:
     """True when every byte of ``source`` the items do not read is zero (padding)."""
     ranges = [(it.ref.offset, it.ref.length) for it in items if it.ref and it.ref.source is source]
     with files.lease(source) as fd:
         return only_zeros_between(fd, source.size, ranges)
-
-
-def default_weights(
-    dst_onnx_path: str | os.PathLike,
-    shard_naming: str | None = None,
-    kept: list[SourceFile] | None = None,
-    items: Sequence[Item] = (),
-    files: SourceFiles | None = None,
-) -> tuple[str, str | None]:
-    """The weights file when the caller names none, and the shard naming.
-
-    In place (``kept``: the data files the replaced model reads), the name
-    they already follow (:func:`kept_weights`); else ``DST.data``, or
-    ``DST_data`` with transformers.js's naming (the name its loader derives,
-    so, asked for it, that name even in place). An absolute path beside
-    ``DST``: no reading from the current folder applies.
-
-    Args:
-        dst_onnx_path: the destination ``.onnx``.
-        shard_naming: the caller's naming, None when not given.
-        kept: in place, the files the model reads now (None or empty: a new model).
-
-    Returns:
-        ``(weights path, naming)``: the naming the caller gave, else the one
-        the kept files follow (None when neither says).
-    """
-    path = os.path.abspath(os.fsdecode(dst_onnx_path))
-    followed = None
-    if kept and shard_naming != TRANSFORMERS_JS:
-        followed = kept_weights(path, kept, (), items, files)
-    if followed is not None:
-        return followed[0], shard_naming or followed[1]
-    suffix = "_data" if shard_naming == TRANSFORMERS_JS else ".data"
-    return path + suffix, shard_naming
 
 
 class WeightsFiles:
