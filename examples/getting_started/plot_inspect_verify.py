@@ -70,10 +70,10 @@ shutil.rmtree(folder)
 
 for i, t in enumerate(info.tensors):
     refused = t.offset + t.length > cut
-    plt.barh(i, t.length / 1e6, left=t.offset / 1e6, color="C3" if refused else "C0")
+    plt.barh(i, t.length / 1e6, left=t.offset / 1e6, hatch="//" if refused else None)
 plt.axvline(cut / 1e6, color="black", linestyle="--")
 plt.yticks(range(len(info.tensors)), [t.name for t in info.tensors])
-plt.xlabel("MB of model.onnx.data (dashed: where it now ends; red: refused)")
+plt.xlabel("MB of model.onnx.data (dashed: where it now ends; hatched: refused)")
 
 # %%
 # In a shell: ``onnx-light info model.onnx``, ``onnx-light verify model.onnx`` (exit
