@@ -24,7 +24,15 @@ from .._read.sources import SourceFiles
 from .._read.tensors import is_external, iter_tensors, path_to_str, tensor_nbytes
 from .ranges import RangeReaders, SharedRange
 
-__all__ = ["FileInfo", "InspectReport", "ModelInfo", "TensorInfo", "inspect_model", "text"]
+__all__ = [
+    "FileInfo",
+    "InspectReport",
+    "ModelInfo",
+    "TensorInfo",
+    "inspect_model",
+    "inspect_models",
+    "text",
+]
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from .._errors import ExternalDataError
 
 __all__ = [
     "Cast",
+    "Path",
     "TensorSite",
     "is_external",
     "iter_tensors",
