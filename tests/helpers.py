@@ -6,13 +6,16 @@ Imported as ``from helpers import ...`` from ``tests/`` and its subfolders
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import os
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from packaging.version import Version
 
 DIM = 256
 
@@ -224,6 +227,78 @@ def run_ort(path, model_inputs=None):
         "cond": np.array(True),
     }
     return sess.run(None, feeds)
+
+
+def onnxruntime_version() -> Version | None:
+    """The installed onnxruntime's version (None: not installed), read without importing it."""
+    try:
+        return Version(importlib.metadata.version("onnxruntime"))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def onnxruntime_older_than(since: str) -> bool:
+    """True when onnxruntime is installed at a version before ``since``."""
+    installed = onnxruntime_version()
+    return installed is not None and installed < Version(since)
+
+
+@functools.cache
+def onnxruntime_ir_version() -> int:
+    """The newest IR version the installed onnxruntime reads (11 for 1.23, 13 for 1.24).
+
+    onnxruntime exposes no such number: a one-node model is offered at each IR
+    version from onnx's own down, and the first one loaded is the answer.
+    """
+    ort = pytest.importorskip("onnxruntime")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [x], [y])
+    probe = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    for ir_version in range(onnx.IR_VERSION, 7, -1):
+        probe.ir_version = ir_version
+        try:
+            ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+        except Exception:  # onnxruntime's own Fail: "Unsupported model IR version: ..."
+            continue
+        return ir_version
+    raise RuntimeError(f"onnxruntime {ort.__version__} reads no IR version from 8 up")
+
+
+def for_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` at an IR version the installed onnxruntime reads, returned.
+
+    ``helper.make_model`` stamps onnx's newest IR version, which an older
+    onnxruntime refuses (1.23, the newest for Python 3.10, reads 11 at most);
+    the version is lowered only as far as the installed onnxruntime needs, so
+    a newer one runs the model as built.
+    """
+    model.ir_version = min(model.ir_version, onnxruntime_ir_version())
+    return model
+
+
+# What onnxruntime's float16 converter (onnxruntime.transformers.float16) changed, and
+# when: the tests comparing graphs with it need the version they were written against.
+FLOAT16_CONVERTER_CHANGES = {
+    "1.25": "names each Cast after the value it casts and keeps Resize-10's scales float",
+    "1.31": "gives a ConstantOfShape without a value a float16 zero",
+    "1.32": "adds one Cast per value and type, shared by its consumers",
+}
+
+
+def float16_converter_since(since: str) -> pytest.MarkDecorator:
+    """Skip a comparison with onnxruntime's float16 converter where it predates ``since``.
+
+    ``since`` is a key of :data:`FLOAT16_CONVERTER_CHANGES`: the older converter
+    builds a different graph by design, so comparing with it would fail for
+    that reason alone.
+    """
+    change = FLOAT16_CONVERTER_CHANGES[since]
+    return pytest.mark.skipif(
+        onnxruntime_older_than(since),
+        reason=f"onnxruntime {onnxruntime_version()}'s float16 converter differs by design "
+        f"(since {since}, it {change}): the comparison needs onnxruntime >= {since}",
+    )
 
 
 def external_offsets(path) -> list[tuple[str, int, int]]:

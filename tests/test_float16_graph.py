@@ -17,6 +17,7 @@ import os
 import numpy as np
 import onnx
 import pytest
+from helpers import float16_converter_since
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_light.onnx._graph.float16 import DEFAULT_OP_BLOCK_LIST, convert_graph
@@ -347,6 +348,7 @@ def blocked_model(seed=1):
     return model, {"x": _w(rng, 2, 8, scale=1.0).astype(np.float16)}
 
 
+@float16_converter_since("1.25")
 @pytest.mark.parametrize("force", [False, True])
 def test_blocked_nodes_sit_between_casts(tmp_path, force):
     model, feeds = blocked_model()
@@ -392,6 +394,7 @@ def resize_model(opset):
     return model, {"x": _w(rng, 1, 1, 2, 2, scale=1.0).astype(np.float16)}
 
 
+@float16_converter_since("1.25")
 @pytest.mark.parametrize("opset", [10, 13])
 @pytest.mark.parametrize("force", [False, True])
 def test_resize_keeps_its_scales_float(tmp_path, opset, force):
@@ -408,6 +411,7 @@ def test_resize_keeps_its_scales_float(tmp_path, opset, force):
         assert scales == "scales" and types["scales"] == F
 
 
+@float16_converter_since("1.31")
 def test_dtype_rules_of_constant_of_shape_and_random_ops(tmp_path):
     nodes = [
         helper.make_node("ConstantOfShape", ["shape"], ["z"], name="cos"),
@@ -485,6 +489,7 @@ def subgraph_model():
     return model
 
 
+@float16_converter_since("1.25")
 @pytest.mark.parametrize("sign", [1.0, -1.0])  # the then branch, the else branch
 def test_subgraphs_get_their_casts_inside(tmp_path, sign):
     model = subgraph_model()
@@ -518,6 +523,7 @@ def test_subgraphs_get_their_casts_inside(tmp_path, sign):
     _close_to_float32(model, path, {"x": x})
 
 
+@float16_converter_since("1.32")
 def test_a_subgraph_reading_outer_values_runs_as_onnxruntimes(tmp_path):
     """Blocked nodes of If branches that read only outer values: onnxruntime's output runs
     too (its Casts at the end of the main graph, which onnxruntime sorts); ours puts the
@@ -644,6 +650,7 @@ def branch_model(same_names: bool):
     return model, feeds
 
 
+@float16_converter_since("1.25")
 def test_types_survive_shape_inference_without_the_weights(tmp_path):
     """onnx cannot read the external Constant (Reshape's shape) nor the branch's external
     starts (Slice), yet every type is inferred, so the blocked TopK after them gets its
@@ -660,6 +667,7 @@ def test_types_survive_shape_inference_without_the_weights(tmp_path):
     ]  # fmt: skip
 
 
+@float16_converter_since("1.32")
 def test_sibling_branches_reusing_a_name_get_a_cast_each(tmp_path):
     """onnxruntime's converter shares one Cast of ``sl`` between the branches and puts it
     in the main graph, where no ``sl`` exists: onnxruntime refuses its output. Each branch
