@@ -13,6 +13,7 @@ import onnx
 import onnx.helper as oh
 import onnx.numpy_helper as onh
 import pytest
+from helpers import float16_converter_since, for_onnxruntime
 
 import onnx_light.onnx as onnxl
 from benchmarks.harness import file_digests
@@ -48,7 +49,7 @@ def _model(folder, name="src.onnx", topk=True, extreme=True) -> str:
             oh.make_tensor_value_info("I", onnx.TensorProto.INT64, [2, 3]),
         ]
     graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("X", F, [2, 64])], outputs, inits)
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    model = for_onnxruntime(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]))
     path = os.path.join(folder, name)
     onnx.save(model, path, save_as_external_data=True, location="src.data", size_threshold=1024)
     return path
@@ -76,6 +77,7 @@ def _run(path: str, x: np.ndarray) -> list[np.ndarray]:
     return session.run(None, {name.name: feed})
 
 
+@float16_converter_since("1.25")
 @pytest.mark.parametrize(
     "kwargs",
     [
@@ -291,7 +293,8 @@ def test_a_model_whose_weights_exceed_2_gib(tmp_path):
         [oh.make_tensor_value_info(f"H{n - 1}", F, [1, dim])],
         inits,
     )
-    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]), tmp_path / "big.onnx")
+    model = for_onnxruntime(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]))
+    onnx.save(model, tmp_path / "big.onnx")
     marks = {i * size: np.float32(1.5 + i) for i in range(n)}  # W_i[0, 0]
     with open(tmp_path / "big.data", "wb") as f:
         f.truncate(n * size)  # sparse: zeros that take no disk
@@ -315,6 +318,7 @@ def test_a_model_whose_weights_exceed_2_gib(tmp_path):
     assert y[0, 0] == np.float16(1.5 * 2.5 * 3.5) and np.count_nonzero(y) == 1
 
 
+@float16_converter_since("1.25")
 def test_an_initializer_kept_float32_keeps_its_declared_type(tmp_path):
     """Resize's scales stay float32; torch's dynamo exporter declares them in value_info:
     the declaration stays float32 (onnxruntime's converter makes it float16, which the
