@@ -15,6 +15,7 @@ import onnx
 import onnx.helper as oh
 import onnx.numpy_helper as onh
 import pytest
+from helpers import for_onnxruntime
 
 import onnx_light.onnx as onnxl
 from benchmarks.harness import file_digests
@@ -135,7 +136,7 @@ def _model(folder, weights: dict[str, np.ndarray]) -> str:
         [oh.make_tensor_value_info("Y", dtype, [2, W.shape[1]])],
         [onh.from_array(W, "W"), onh.from_array(B, "B")],
     )
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    model = for_onnxruntime(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]))
     path = os.path.join(folder, "src.onnx")
     onnx.save(model, path, save_as_external_data=True, location="src.data", size_threshold=0)
     return path
