@@ -18,7 +18,14 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from helpers import external_offsets, folder_digest, read_back, run_ort, save_two_file
+from helpers import (
+    external_offsets,
+    folder_digest,
+    for_onnxruntime,
+    read_back,
+    run_ort,
+    save_two_file,
+)
 from helpers import run_cli as _cli
 from helpers import uint8_model as _uint8_model
 from onnx import helper, numpy_helper
@@ -373,7 +380,8 @@ def _genai_folder(folder, shared: np.ndarray, own_seed: int) -> None:
         [onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [1, DIM])],
         inits,
     )
-    save_two_file(onnx.helper.make_model(graph), folder / "model.onnx", "model.onnx.data")
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    save_two_file(for_onnxruntime(model), folder / "model.onnx", "model.onnx.data")
     config = {"model": {"decoder": {"filename": "model.onnx"}, "type": "llama"}}
     (folder / "genai_config.json").write_text(json.dumps(config))
     (folder / "tokenizer.json").write_text("{}")
