@@ -266,6 +266,11 @@ def _run_like_transformers_js(folder, ws):
     """Load as transformers.js does in a browser: .onnx bytes, weights files in memory."""
     ort = pytest.importorskip("onnxruntime")
     options = ort.SessionOptions()
+    if not hasattr(options, "add_external_initializers_from_files_in_memory"):
+        pytest.skip(
+            f"onnxruntime {ort.__version__} has no "
+            "SessionOptions.add_external_initializers_from_files_in_memory (1.24.1 has it)"
+        )
     buffers = [np.fromfile(folder / name, np.uint8) for name in TJS]
     options.add_external_initializers_from_files_in_memory(TJS, buffers, [b.size for b in buffers])
     session = _session((folder / "model.onnx").read_bytes(), options)
