@@ -35,7 +35,9 @@ nodes = [helper.make_node("MatMul", [f"X{i}", f"W{i}"], [f"X{i + 1}"]) for i in 
 x = helper.make_tensor_value_info("X0", TensorProto.FLOAT, [1, 500])
 y = helper.make_tensor_value_info("X8", TensorProto.FLOAT, [1, 500])
 inits = [numpy_helper.from_array(w, f"W{i}") for i, w in enumerate(weights)]
-model = helper.make_model(helper.make_graph(nodes, "chain", [x], [y], inits))
+graph = helper.make_graph(nodes, "chain", [x], [y], inits)
+# opset 18 at the IR version onnx pairs with it (8): older onnxruntimes read it too
+model = helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", 18)])
 folder = Path(tempfile.mkdtemp())  # in real use, the model's own folder
 onnx.save(model, folder / "model.onnx", save_as_external_data=True, location="model.onnx.data")
 
