@@ -22,7 +22,14 @@ import onnx
 import onnx_ir
 import onnxruntime as ort
 import pytest
-from helpers import make_runnable_model, read_back, save_two_file, tensor_bytes, uint8_model
+from helpers import (
+    make_runnable_model,
+    onnxruntime_older_than,
+    read_back,
+    save_two_file,
+    tensor_bytes,
+    uint8_model,
+)
 from helpers import run_cli as _cli
 
 import onnx_light.onnx as onnxl
@@ -148,16 +155,20 @@ LAYOUTS = [
 @pytest.mark.parametrize("kind", ["main", "subgraph"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_each_verdict_agrees_with_the_installed_loader(tmp_path, layout, kind):
+    """Where the installed onnxruntime predates the rule the verdict states (1.23, the
+    newest for Python 3.10), it checks less: what the rule accepts, it loads too."""
     path = _layout(tmp_path, layout, kind)
     verdicts = {v.loader: v for v in loader_verdicts(path)}
     assert list(verdicts) == list(LOADERS)
     for loader in LOADERS:
         actual = _loads(loader, path)
         v = verdicts[loader]
-        assert v.accepts == actual, (
-            f"{layout} ({kind}): {loader} {'loads' if actual else 'refuses'} it, "
-            f"the verdict says {v.reasons or 'accepts'}"
-        )
+        said = f"{layout} ({kind}): {loader} {'loads' if actual else 'refuses'} it, "
+        said += f"the verdict ({v.rule}) says {v.reasons or 'accepts'}"
+        if loader == "onnxruntime" and onnxruntime_older_than(v.rule.split(">=")[1]):
+            assert actual or not v.accepts, said
+        else:
+            assert v.accepts == actual, said
         assert bool(v.reasons) != v.accepts
 
 
@@ -198,7 +209,7 @@ def test_verify_names_the_refusing_loader_and_the_fix(tmp_path, capsys):
     lines = out.splitlines()
     onnx_line = next(line for line in lines if line.lstrip().startswith("onnx >= 1.21"))
     assert "refuses" in onnx_line and "m.onnx.data is a symbolic link" in onnx_line
-    assert any("onnxruntime >= 1.24: accepts" in line for line in lines)
+    assert any("onnxruntime >= 1.25: accepts" in line for line in lines)
     fix = f"onnx-light align {snap} DIR/m.onnx"
     assert any(fix in line for line in lines), out
 

@@ -1,8 +1,8 @@
 """Will onnx, onnxruntime and onnx-ir load this model? Their link rules, from their code.
 
 Each loader checks the files a model's external references name before it
-reads them, and the three differ (measured on onnx 1.23, onnxruntime 1.32
-and onnx-ir 1.1; the rules below are read from their code):
+reads them, and the three differ (measured on onnx 1.23, onnxruntime 1.25
+and 1.32, and onnx-ir 1.1; the rules below are read from their code):
 
 - **onnx >= 1.21** (``resolve_external_data_location`` in ``onnx/checker.cc``,
   called by :func:`onnx.load` and :func:`onnx.checker.check_model`): the
@@ -11,13 +11,20 @@ and onnx-ir 1.1; the rules below are read from their code):
   link, whose resolved path stays in that folder, and that has a single
   hard link. A Hugging Face cache snapshot (every file a link into
   ``blobs/``) is refused.
-- **onnxruntime >= 1.24** (``ValidateExternalDataPath`` in
-  ``core/framework/tensorprotoutils.cc``; the physical folder accepted
-  since 1.24.2): the location must be relative and name, from the
-  model's folder, an existing file whose resolved path lies in the model's
-  folder or in the folder of the model's resolved path; links are followed,
-  hard links accepted. Tensors inside a subgraph (an ``If``, ``Loop`` or
-  ``Scan`` body) go through onnx's checker instead, with onnx's rules.
+- **onnxruntime >= 1.25** (``ValidateExternalDataPath`` in
+  ``core/framework/tensorprotoutils.cc``): the location must be relative
+  and name, from the model's folder, an existing file whose resolved path
+  lies in the model's folder or in the folder of the model's resolved path;
+  links are followed, hard links accepted. Tensors inside a subgraph (an
+  ``If``, ``Loop`` or ``Scan`` body) go through onnx's checker instead,
+  with onnx's rules. Older versions check less (measured on 1.23.2, 1.24.1
+  and 1.24.4): 1.24 applies the main graph's rule to a subgraph's tensors
+  too (links and hard links accepted there), and 1.24.0 and 1.24.1 accept
+  only the model's folder, not the folder of its resolved path (a Hugging
+  Face snapshot is refused); 1.23 only checks that the file exists, and
+  that a subgraph's location is relative and holds no ``..``. A model the
+  rule accepts loads in 1.23 and from 1.24.2 on; one it refuses may load
+  in an older onnxruntime, and fails from 1.25 on.
 - **onnx-ir >= 1.1** (``ExternalTensor._check_path_containment`` in
   ``onnx_ir/_core.py``): the path, and the path with its links resolved,
   must stay in the model's folder; a file with several hard links is refused.
@@ -40,7 +47,7 @@ __all__ = ["LoaderVerdict", "in_subgraph", "loader_verdicts"]
 
 
 LOADERS = ("onnx", "onnxruntime", "onnx-ir")
-RULES = {"onnx": "onnx >= 1.21", "onnxruntime": "onnxruntime >= 1.24", "onnx-ir": "onnx-ir >= 1.1"}
+RULES = {"onnx": "onnx >= 1.21", "onnxruntime": "onnxruntime >= 1.25", "onnx-ir": "onnx-ir >= 1.1"}
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,7 @@ def onnx_refusal(folder: str, location: str) -> str | None:
 
 
 def onnxruntime_refusal(model_path: str, location: str, in_subgraph: bool) -> str | None:
-    """Why onnxruntime (>= 1.24) refuses ``location`` for ``model_path``, or None."""
+    """Why onnxruntime (>= 1.25) refuses ``location`` for ``model_path``, or None."""
     folder = os.path.dirname(model_path)
     if in_subgraph:  # onnx's checker reads the tensors of subgraphs
         reason = onnx_refusal(folder, location)
