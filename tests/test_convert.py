@@ -4,6 +4,7 @@ bit, without loading them; a sorted graph the checker accepts; in place; the CLI
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -207,6 +208,30 @@ def test_bad_settings_are_refused(tmp_path):
     assert not (tmp_path / "a.onnx").exists()
 
 
+@pytest.mark.parametrize(
+    "limits, named",
+    [
+        ({"min_positive_val": float("inf")}, "min_positive_val=inf"),
+        ({"min_positive_val": 1e308}, "min_positive_val=1e+308"),
+        ({"min_positive_val": 65505.0}, "min_positive_val=65505.0"),
+        ({"min_positive_val": 1e6}, "min_positive_val=1000000.0"),
+        ({"max_finite_val": 1e-9}, "max_finite_val=1e-09"),
+        ({"max_finite_val": float("nan")}, "max_finite_val=nan"),
+        ({"min_positive_val": 1000.0, "max_finite_val": 10.0}, "max_finite_val=10.0"),
+    ],
+    ids=["inf", "1e308", "65505", "1e6", "max-1e-9", "max-nan", "min-above-max"],
+)
+def test_limits_that_would_destroy_the_weights_are_refused(tmp_path, limits, named):
+    """A limit beyond float16's positive range, or a smallest magnitude above the largest,
+    would clip weights to 0 or to infinities (onnxruntime's converter takes them): refused,
+    naming the limit, before anything is written."""
+    src = _model(tmp_path)
+    with pytest.raises(ValueError, match=re.escape(named)) as info:
+        onnxl.convert_float_to_float16(src, tmp_path / "a.onnx", **limits)
+    assert all(name in str(info.value) for name in limits)
+    assert sorted(os.listdir(tmp_path)) == ["src.data", "src.onnx"]
+
+
 def test_progress_reaches_the_total(tmp_path):
     calls = []
     onnxl.convert_float_to_float16(
@@ -252,6 +277,19 @@ def test_cli_convert_writes_what_the_function_writes(tmp_path):
         ([], "--to"),
         (["--to", "float16", "--max-finite-val", "-1"], "positive"),
         (["--to", "float16", "--min-positive-val", "x"], "not a number"),
+        (["--to", "float16", "--min-positive-val", "inf"], "--min-positive-val: 'inf' is above"),
+        (["--to", "float16", "--min-positive-val", "1e400"], "--min-positive-val: '1e400' is abo"),
+        (["--to", "float16", "--min-positive-val", "65505"], "--min-positive-val: '65505' is abo"),
+        (["--to", "float16", "--min-positive-val", "1e6"], "--min-positive-val: '1e6' is above"),
+        (["--to", "float16", "--max-finite-val", "1e-9"], "--max-finite-val: '1e-9' is below"),
+        (
+            ["--to", "float16", "--min-positive-val", "1000", "--max-finite-val", "10"],
+            "--min-positive-val 1000 is above --max-finite-val 10",
+        ),
+        (
+            ["--to", "float16", "--max-finite-val", "10", "--min-positive-val", "1000"],
+            "--min-positive-val 1000 is above --max-finite-val 10",
+        ),
     ],
 )
 def test_cli_usage_errors_exit_2(tmp_path, args, message):
@@ -445,8 +483,15 @@ def _limits_model(folder) -> str:
 
 @pytest.mark.parametrize(
     "low, high",
-    [(np.float64(1e-7), np.float64(1e4)), (1e-7, 1e4), (5.96e-08, 65504.0)],
-    ids=["float64-limits", "float-limits", "defaults"],
+    [
+        (np.float64(1e-7), np.float64(1e4)),
+        (1e-7, 1e4),
+        (5.96e-08, 65504.0),
+        (65504.0, 65504.0),
+        (np.float64(2.5), np.float64(2.5)),
+        (5.96e-08, 5.96e-08),
+    ],
+    ids=["float64-limits", "float-limits", "defaults", "both-65504", "both-2.5", "both-smallest"],
 )
 def test_the_limits_type_is_onnxruntimes_bit_for_bit(tmp_path, low, high):
     """A numpy float64 limit makes onnxruntime's converter clip in float64 (a NaN

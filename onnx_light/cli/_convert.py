@@ -25,6 +25,23 @@ def _target(text: str) -> str:
     return text
 
 
+class _Limit(argparse.Action):
+    """Stores a clipping limit, and refuses ``--min-positive-val`` above
+    ``--max-finite-val`` whichever is given first (the other then holds its
+    default, or the value given before): a usage error naming both."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        low, high = namespace.min_positive_val, namespace.max_finite_val
+        if low > high:
+            raise argparse.ArgumentError(
+                self,
+                f"--min-positive-val {low:g} is above --max-finite-val {high:g}: every "
+                "weight would be clipped to one of them; give --min-positive-val a value at "
+                "most --max-finite-val's",
+            )
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     """Run ``onnx-light convert``.
 
@@ -111,16 +128,20 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--min-positive-val",
         type=limit_arg("min_positive_val"),
+        action=_Limit,
         default=5.96e-08,
         metavar="X",
-        help="smaller magnitudes become X (default 5.96e-08, float16's smallest subnormal)",
+        help="smaller magnitudes become X, from 5.96e-08 to 65504 (default 5.96e-08, "
+        "float16's smallest subnormal)",
     )
     p.add_argument(
         "--max-finite-val",
         type=limit_arg("max_finite_val"),
+        action=_Limit,
         default=65504.0,
         metavar="X",
-        help="larger finite magnitudes become X (default 65504, float16's largest)",
+        help="larger finite magnitudes become X, from 5.96e-08 to 65504 (default 65504, "
+        "float16's largest)",
     )
     add_layout_flags(
         p,

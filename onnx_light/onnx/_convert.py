@@ -121,9 +121,10 @@ def convert_float_to_float16(
             list replaces it). Resize's scales and GroupNorm's gamma and beta
             stay float32 by another rule, as there.
         node_block_list: node names left in float32.
-        min_positive_val: smallest magnitude kept (at least 5.96e-08, the
-            smallest float16 subnormal).
-        max_finite_val: largest finite magnitude kept (at most 65504).
+        min_positive_val: smallest magnitude kept: from 5.96e-08 (the
+            smallest float16 subnormal) to 65504, at most ``max_finite_val``.
+        max_finite_val: largest finite magnitude kept: from 5.96e-08 to
+            65504 (the largest finite float16).
         force_fp16_initializers: convert float32 initializers even when only
             blocked nodes use them.
         options: the :class:`~onnx_light.onnx.WriteOptions` of the new
@@ -144,9 +145,9 @@ def convert_float_to_float16(
     Raises:
         TypeError: a limit is not a number, or ``options`` not a
             :class:`~onnx_light.onnx.WriteOptions`.
-        ValueError: a bad limit (``min_positive_val`` below 5.96e-08,
-            ``max_finite_val`` above 65504...), or a weights path outside the
-            destination folder.
+        ValueError: a bad limit (outside 5.96e-08 to 65504, infinite or NaN,
+            or ``min_positive_val`` above ``max_finite_val``: the message names
+            both), or a weights path outside the destination folder.
         FileNotFoundError: the source model or a data file is missing.
         ExternalDataError: a reference is malformed, unsafe or out of range
             (naming the tensor and the file), or a destination is a file the

@@ -19,6 +19,7 @@ __all__ = [
     "WriteOptions",
     "check_alignment",
     "check_chunk_size",
+    "check_limits",
     "check_max_finite_val",
     "check_max_shard_size",
     "check_min_positive_val",
@@ -188,8 +189,25 @@ def _number(value: object, name: str) -> None:
         raise TypeError(f"{name} must be a number, not {type(value).__name__}")
 
 
+def _limit(value: object, name: str) -> None:
+    """A clipping limit: a finite number within float16's positive range."""
+    _number(value, name)
+    if value < SMALLEST_FLOAT16:
+        raise ValueError(
+            f"{name}={value!r} is below 5.96e-08, the smallest positive float16 (a "
+            "subnormal; the smallest normal is 6.104e-05)"
+        )
+    if value > LARGEST_FLOAT16:
+        raise ValueError(
+            f"{name}={value!r} is above 65504, the largest finite float16: clipped "
+            "weights would become infinite"
+        )
+    if value != value:
+        raise ValueError(f"{name}={value!r} is not a number: give one from 5.96e-08 to 65504")
+
+
 def check_min_positive_val(value: object) -> numbers.Real:
-    """Validate the float16 conversion's smallest magnitude kept: at least 5.96e-08.
+    """Validate the float16 conversion's smallest magnitude kept: 5.96e-08 to 65504.
 
     Returns:
         The value itself, its type kept (a numpy float64 clips in float64, as in
@@ -197,31 +215,44 @@ def check_min_positive_val(value: object) -> numbers.Real:
 
     Raises:
         TypeError: when it is not a number.
-        ValueError: when it is below 5.96e-08 (or NaN).
+        ValueError: when it is below 5.96e-08 or above 65504 (infinite, or NaN).
     """
-    _number(value, "min_positive_val")
-    if not value >= SMALLEST_FLOAT16:
-        raise ValueError(
-            f"min_positive_val={value!r} is below 5.96e-08, the smallest positive float16 "
-            "(a subnormal; the smallest normal is 6.104e-05)"
-        )
+    _limit(value, "min_positive_val")
     return value
 
 
 def check_max_finite_val(value: object) -> numbers.Real:
-    """Validate the float16 conversion's largest finite magnitude kept: at most 65504.
+    """Validate the float16 conversion's largest finite magnitude kept: 5.96e-08 to 65504.
 
     Returns:
         The value itself, its type kept.
 
     Raises:
         TypeError: when it is not a number.
-        ValueError: when it is above 65504 (infinite, or NaN).
+        ValueError: when it is below 5.96e-08 or above 65504 (infinite, or NaN).
     """
-    _number(value, "max_finite_val")
-    if not value <= LARGEST_FLOAT16:
-        raise ValueError(f"max_finite_val={value!r} is above 65504, the largest finite float16")
+    _limit(value, "max_finite_val")
     return value
+
+
+def check_limits(min_positive_val: object, max_finite_val: object) -> None:
+    """Validate both clipping limits, each (:func:`check_min_positive_val`,
+    :func:`check_max_finite_val`) and together: the smallest magnitude kept is not
+    above the largest.
+
+    Raises:
+        TypeError: a limit is not a number.
+        ValueError: a limit is out of range, or ``min_positive_val`` is above
+            ``max_finite_val``.
+    """
+    check_min_positive_val(min_positive_val)
+    check_max_finite_val(max_finite_val)
+    if min_positive_val > max_finite_val:
+        raise ValueError(
+            f"min_positive_val={min_positive_val!r} is above max_finite_val="
+            f"{max_finite_val!r}: every weight would be clipped to one of them; give "
+            "min_positive_val a value at most max_finite_val"
+        )
 
 
 def check_setting(name: str, value: object) -> object:
@@ -233,8 +264,9 @@ def check_setting(name: str, value: object) -> object:
     ``max_shard_size`` a positive int or None; ``chunk_size`` 1 byte to 1 GiB;
     ``num_threads`` a positive int; ``shard_naming`` ``"onnx-ir"`` or
     ``"transformers.js"``; the float16 conversion's clipping
-    limits, ``min_positive_val`` a number of at least 5.96e-08 and
-    ``max_finite_val`` one of at most 65504 (float16's own range).
+    limits, ``min_positive_val`` and ``max_finite_val`` finite numbers from
+    5.96e-08 to 65504 (float16's own positive range); a call that takes both
+    also refuses ``min_positive_val`` above ``max_finite_val``.
 
     Args:
         name: one of ``"alignment"``, ``"size_threshold"``, ``"inline_below"``,

@@ -35,8 +35,7 @@ from onnx import TensorProto, helper
 from .._options import (
     LARGEST_FLOAT16,
     SMALLEST_FLOAT16,
-    check_max_finite_val,
-    check_min_positive_val,
+    check_limits,
 )
 from .._read.tensors import is_external
 from .._write.clip import clip_to_float16
@@ -387,8 +386,9 @@ def convert_graph(
             float32; a list (or tuple, set), those of these names.
         op_block_list: op types left in float32 (None: ``DEFAULT_OP_BLOCK_LIST``).
         node_block_list: node names left in float32.
-        min_positive_val: smallest magnitude kept (at least 5.96e-08).
-        max_finite_val: largest finite magnitude kept (at most 65504).
+        min_positive_val: smallest magnitude kept (5.96e-08 to 65504).
+        max_finite_val: largest finite magnitude kept (5.96e-08 to 65504, at
+            least ``min_positive_val``).
         force_fp16_initializers: convert every float32 initializer the walk
             meets, even one only blocked nodes use.
         force_fp16_inputs: ``{op type: input indices}`` made float16 though
@@ -402,13 +402,13 @@ def convert_graph(
 
     Raises:
         TypeError: ``model`` is not a ModelProto, or a setting has the wrong type.
-        ValueError: ``min_positive_val`` is below 5.96e-08, ``max_finite_val``
-            above 65504, or two initializers of the walked graphs share a name.
+        ValueError: a limit is outside float16's positive range (5.96e-08 to
+            65504, infinities and NaN refused), ``min_positive_val`` is above
+            ``max_finite_val``, or two initializers of the walked graphs share a name.
     """
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"convert_graph takes an onnx.ModelProto, not {type(model).__name__}")
-    check_min_positive_val(min_positive_val)  # the command line's check too
-    check_max_finite_val(max_finite_val)
+    check_limits(min_positive_val, max_finite_val)  # the command line's rule too
     if keep_io_types is None:  # as onnxruntime reads it
         keep_io_types = False
     if not isinstance(keep_io_types, bool):
