@@ -435,6 +435,34 @@ def test_inline_tensors_at_the_threshold_move_out(tmp_path):
         assert onh.to_array(t).tobytes() == onh.to_array(expected[name]).tobytes(), name
 
 
+@pytest.mark.parametrize("threshold, where", [(1024, "external"), (1025, "inline")])
+def test_the_threshold_measures_float_data_as_raw_data(tmp_path, threshold, where):
+    """Two float32 initializers of 1024 bytes, one in raw_data and one in float_data: the
+    threshold compares both by their size in the source, so both move out or both stay;
+    their values are onnxruntime's converter's."""
+    values = np.linspace(-2, 2, 256, dtype=np.float32)
+    inits = [onh.from_array(values, "raw"), oh.make_tensor("fdata", F, [256], values.tolist())]
+    graph = oh.make_graph(
+        [oh.make_node("Add", ["X", t.name], [t.name + "_o"]) for t in inits],
+        "g",
+        [oh.make_tensor_value_info("X", F, [1])],
+        [oh.make_tensor_value_info(t.name + "_o", F, None) for t in inits],
+        inits,
+    )
+    src = str(tmp_path / "m.onnx")
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]), src)
+    dst = tmp_path / "o.onnx"
+    options = onnxl.WriteOptions(size_threshold=threshold)
+    onnxl.convert_float_to_float16(src, dst, options=options)
+    held = onnx.load(dst, load_external_data=False).graph.initializer
+    external = {t.name: t.data_location == onnx.TensorProto.EXTERNAL for t in held}
+    assert external == {"raw": where == "external", "fdata": where == "external"}
+    expected = float16.convert_float_to_float16(onnx.load(src))
+    ours = _tensors(str(dst))
+    for t in expected.graph.initializer:
+        assert onh.to_array(ours[t.name]).tobytes() == onh.to_array(t).tobytes(), t.name
+
+
 # -- the clipping limits' numpy type ----------------------------------------------------
 
 _NAN_BITS = [0x7F800001, 0xFF800001, 0x7FC00001, 0xFFC00001, 0x7FC00000, 0xFFBFFFFF]

@@ -23,7 +23,7 @@ from ._graph.float16 import convert_graph
 from ._options import WriteOptions, check_options
 from ._pipeline import Pipeline, WriteResult
 from ._read.sources import kernel_path
-from ._read.tensors import Cast, iter_tensors
+from ._read.tensors import Cast, TensorSite, is_external, iter_tensors, tensor_nbytes
 
 __all__ = ["ConvertResult", "convert_float_to_float16"]
 
@@ -70,6 +70,24 @@ def _casts(model, external, min_positive_val: float, max_finite_val: float) -> d
         for site in iter_tensors(model)
         if id(site.tensor) in retyped
     }
+
+
+def _sizes_before(model):
+    """The byte size each inline tensor held in a typed field (``float_data``...) has
+    in the source, by tensor: the graph pass converts it in memory (a float32 one
+    halves), and the threshold compares its size in the source, as it compares a
+    ``raw_data`` tensor's (those of at least the threshold are references by then)."""
+    held = {
+        id(site.tensor): (site.tensor, tensor_nbytes(site.tensor))  # the tensor kept alive:
+        for site in iter_tensors(model)  # its id stays its own
+        if not is_external(site.tensor) and not site.tensor.HasField("raw_data")
+    }
+
+    def source_size(site: TensorSite) -> int | None:
+        found = held.get(id(site.tensor))
+        return None if found is None else found[1]
+
+    return source_size
 
 
 def convert_float_to_float16(
@@ -176,6 +194,7 @@ def convert_float_to_float16(
         # inline bytes under the threshold stay raw_data: converted in memory, they
         # stay inline; those at or over it become references into the file, moved
         model = run.scan(src, run.threshold)
+        source_size = _sizes_before(model)
         graph = convert_graph(
             model,
             keep_io_types=keep_io_types,
@@ -187,7 +206,17 @@ def convert_float_to_float16(
         )
         casts = _casts(model, graph.external, min_positive_val, max_finite_val)
         hint = overwrite_hint(src, dst, "convert")
-        run.add_model(model, dst, keep=False, base=src, casts=casts, src=src, own=True, hint=hint)
+        run.add_model(
+            model,
+            dst,
+            keep=False,
+            base=src,
+            casts=casts,
+            src=src,
+            own=True,
+            hint=hint,
+            source_size=source_size,
+        )
         run.lay_out()
         run.check_targets()
         run.write()

@@ -229,6 +229,7 @@ class Pipeline:
         update: bool = False,
         hint: str = SAVE_HINT,
         keep_hint: str = KEEP_HINT,
+        source_size=None,
     ) -> Model:
         """Plan a model held in memory.
 
@@ -247,6 +248,9 @@ class Pipeline:
             update: once committed, its tensors written to the weights files
                 become references to them.
             hint: what to do when a destination is a file the call reads.
+            source_size: gives the byte size an inline tensor had in the
+                source when the writer changed it in memory (None for the
+                others): the size threshold compares it.
 
         Raises:
             TypeError: ``proto`` is not a ModelProto.
@@ -264,6 +268,7 @@ class Pipeline:
             casts=casts,
             threshold=threshold,
             keep_hint=keep_hint,
+            source_size=source_size,
         )
         in_place = src is not None and is_in_place(src, dst)
         model = Model(

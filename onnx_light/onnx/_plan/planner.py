@@ -196,6 +196,7 @@ def plan_tensors(
     threshold: int | None,
     inline_below: int | None = None,
     spans: InlineSpans | None = None,
+    source_size: Callable[[TensorSite], int | None] | None = None,
 ) -> Plan:
     """Decide where the bytes of every tensor go (:func:`decide`, tensor by tensor).
 
@@ -209,6 +210,10 @@ def plan_tensors(
             and external ones come back inline.
         spans: the inline bytes of the source ``.onnx`` scanned without its
             weights: references into them are inline tensors.
+        source_size: the byte size an inline tensor had in the source, when
+            the writer changed it in memory (the converter's float_data
+            tensors, converted to float16 before they are planned); None for
+            the others. The threshold and ``inline_below`` compare it.
 
     Returns:
         A :class:`Plan`.
@@ -223,8 +228,12 @@ def plan_tensors(
     for site in sites:
         kind, ref, size = _read(site, resolve, spans)
         sparse = site.in_sparse
-        moves = not (threshold is None or size < threshold or sparse) and (
-            inline_below is None or size >= inline_below
+        measured = size
+        if source_size is not None and kind in (Kind.RAW, Kind.TYPED):
+            before = source_size(site)
+            measured = size if before is None else before
+        moves = not (threshold is None or measured < threshold or sparse) and (
+            inline_below is None or measured >= inline_below
         )
         small = kind is Kind.EXTERNAL and inline_below is not None and size < inline_below
         fate = decide(kind, external, moves, small, sparse)

@@ -80,6 +80,7 @@ def plan_in_memory(
     casts: dict | None,
     threshold: int | None,
     keep_hint: str = KEEP_HINT,
+    source_size=None,
 ) -> Plan:
     """Plan a model held in memory, saved into ``folder``.
 
@@ -96,6 +97,9 @@ def plan_in_memory(
         threshold: inline tensors of at least this many bytes move to the
             weights files; None: a single file, every tensor inline (and the
             external ones brought back inline, unless kept).
+        source_size: the byte size an inline tensor had in the source, when
+            the writer changed it in memory (None for the others): the
+            threshold compares it.
 
     Raises:
         FileNotFoundError, ExternalDataError: a reference does not resolve.
@@ -112,7 +116,13 @@ def plan_in_memory(
         external = Mode.INLINE if threshold is None else Mode.MOVE
     if casts:
         resolve = _casting(resolve, casts)
-    return plan_tensors(iter_tensors(model), resolve, external=external, threshold=threshold)
+    return plan_tensors(
+        iter_tensors(model),
+        resolve,
+        external=external,
+        threshold=threshold,
+        source_size=source_size,
+    )
 
 
 def _kept(resolver: Resolver, site: TensorSite, hint: str, cast=None) -> TensorRef:
