@@ -623,3 +623,129 @@ def test_a_deduplicated_tensor_renamed_beyond_recognition(tmp_path):
         onnxl.ExternalDataError, match=r"'b'.*'table' \(INT64\).*'bias' \(FLOAT\).*INT32"
     ):
         onnxl.save_edited(model, src, tmp_path / "out" / "bad.onnx")
+
+
+def _one_range(folder, tensors: list[tuple[str, int, list[int]]], raw: bytes) -> str:
+    """dd/m.onnx: ``(name, dtype, dims)`` tensors that each hold ``raw``, read from one
+    range of dd/m.onnx.data (deduplicate_external_data stored the equal bytes once)."""
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", [name], [f"{name}_o"]) for name, _, _ in tensors],
+        "g",
+        [],
+        [onnx.helper.make_tensor_value_info(f"{n}_o", t, d) for n, t, d in tensors],
+        [onnx.TensorProto(name=n, data_type=t, dims=d, raw_data=raw) for n, t, d in tensors],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
+    raw_folder = os.path.join(folder, "raw")
+    os.makedirs(raw_folder)
+    first = os.path.join(raw_folder, "m.onnx")
+    onnx.save(model, first, save_as_external_data=True, location="m.data", size_threshold=0)
+    os.makedirs(os.path.join(folder, "dd"))
+    dst = os.path.join(folder, "dd", "m.onnx")
+    onnxl.deduplicate_external_data([first], [dst], options=onnxl.WriteOptions(size_threshold=0))
+    assert len(set(external_offsets(dst))) == 1  # one range, read by every tensor
+    return dst
+
+
+def _prefixed_to_bfloat16(src: str) -> onnx.ModelProto:
+    """onnx.compose.add_prefix, then every FLOAT16 tensor retyped BFLOAT16."""
+    model = onnx.compose.add_prefix(onnxl.load(src, load_external_data=False), "p_")
+    for tensor in model.graph.initializer:
+        if tensor.data_type == F16:
+            tensor.data_type = BF16
+    return model
+
+
+FLOAT = onnx.TensorProto.FLOAT
+HALVES = (np.arange(512, dtype=np.float16) - 256) / np.float16(7)
+
+
+def test_a_renamed_tensor_whose_name_and_place_disagree_is_refused(tmp_path):
+    """FLOAT16 'w' and BFLOAT16 'p_w' read one range; add_prefix renames 'w' to 'p_w'
+    and the FLOAT16 tensors become BFLOAT16. Its place says 'w' (convert), its name
+    'p_w' (keep): refused, naming both and their dtypes, nothing written. Saved in two
+    steps, as the message says, the values are the float16 ones in bfloat16."""
+    src = _one_range(tmp_path, [("w", F16, [512]), ("p_w", BF16, [512])], HALVES.tobytes())
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(onnxl.ExternalDataError) as info:
+        onnxl.save_edited(_prefixed_to_bfloat16(src), src, out / "e.onnx")
+    message = str(info.value)
+    assert message.startswith("tensor 'p_w' (graph.initializer[0])")
+    assert "'w' (FLOAT16)" in message and "'p_w' (BFLOAT16)" in message
+    assert "does not guess" in message and "save the dtype changes and the renames" in message
+    assert not os.listdir(out)
+
+    model = onnxl.load(src, load_external_data=False)  # the dtype change alone
+    model.graph.initializer[0].data_type = BF16
+    onnxl.save_edited(model, src, out / "step.onnx")
+    renamed = onnx.compose.add_prefix(onnxl.load(out / "step.onnx", load_external_data=False), "p_")
+    onnxl.save_edited(renamed, out / "step.onnx", out / "e.onnx")
+    saved = _saved(out / "e.onnx")
+    expected = _bfloat16_bits(HALVES.astype(np.float32))
+    assert np.frombuffer(saved["p_w"].raw_data, np.uint16).tolist() == expected.tolist()
+    assert saved["p_p_w"].raw_data == HALVES.tobytes()  # BFLOAT16 in the source: kept
+
+
+def test_a_renamed_tensor_is_known_by_what_its_dims_can_hold(tmp_path):
+    """FLOAT 'w' [512] and FLOAT16 'p_w' [1024] read one 2048-byte range; the same edit:
+    the new 'p_w' (FLOAT [512]) can only be the float32 'w' (as FLOAT16 its dims would
+    hold 1024 bytes), kept as it is; 'p_p_w' is converted from FLOAT16."""
+    halves = np.concatenate([HALVES, -HALVES])
+    src = _one_range(tmp_path, [("w", FLOAT, [512]), ("p_w", F16, [1024])], halves.tobytes())
+    (tmp_path / "out").mkdir()
+    onnxl.save_edited(_prefixed_to_bfloat16(src), src, tmp_path / "out" / "e.onnx")
+    saved = _saved(tmp_path / "out" / "e.onnx")
+    assert saved["p_w"].data_type == FLOAT and saved["p_w"].raw_data == halves.tobytes()
+    expected = _bfloat16_bits(halves.astype(np.float32))
+    assert np.frombuffer(saved["p_p_w"].raw_data, np.uint16).tolist() == expected.tolist()
+
+
+def _reference(folder, entries: list[tuple[str, str]]) -> str:
+    """m.onnx whose FLOAT [16] tensor W has these external_data entries into w.data."""
+    values = np.arange(16, dtype=np.float32) + 0.5
+    (folder / "w.data").write_bytes(values.tobytes())
+    w = onnx.TensorProto(name="W", data_type=FLOAT, dims=[16])
+    w.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in entries:
+        w.external_data.add(key=key, value=value)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["W"], ["Y"])],
+        "g",
+        [],
+        [onnx.helper.make_tensor_value_info("Y", FLOAT, [16])],
+        [w],
+    )
+    path = str(folder / "m.onnx")
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)]), path)
+    return path
+
+
+REFERENCES = {
+    "no length": ([("location", "w.data"), ("offset", "0")], None),
+    "./w.data": ([("location", "w.data"), ("offset", "0"), ("length", "64")], "./w.data"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFERENCES))
+def test_a_reference_spelled_otherwise_is_still_its_source_tensor(tmp_path, case):
+    """A source reference without 'length' (to the end of the file), or an edited one
+    whose location reads './w.data': the tensor is still the FLOAT one, so FLOAT16 [16]
+    is converted, and FLOAT16 [32] (the float32 bytes read as 32 halves) refused."""
+    entries, location = REFERENCES[case]
+    src = _reference(tmp_path, entries)
+    (tmp_path / "out").mkdir()
+    for dims in ([16], [32]):
+        model = onnxl.load(src, load_external_data=False)
+        w = model.graph.initializer[0]
+        w.data_type, w.dims[:] = F16, dims
+        if location:
+            w.external_data[0].value = location
+        if dims == [16]:
+            onnxl.save_edited(model, src, tmp_path / "out" / "e.onnx")
+            got = onnxl.numpy_helper.to_array(_saved(tmp_path / "out" / "e.onnx")["W"])
+            assert got.dtype == np.float16 and got.tolist() == (np.arange(16) + 0.5).tolist()
+        else:
+            with pytest.raises(onnxl.ExternalDataError, match=r"'W'.*FLOAT, .*FLOAT16"):
+                onnxl.save_edited(model, src, tmp_path / "out" / "bad.onnx")
+            assert not (tmp_path / "out" / "bad.onnx").exists()

@@ -121,16 +121,21 @@ def save_edited(
     ``share_weights=True`` they go to ``dst_weights_path``, and the rest is
     shared. Tensors the tool converted inline are written as they are.
 
-    The source's tensor an edited one is, is found by the tensor itself: its
-    reference, then its place and name in the source. One range of the source
-    may be read by tensors of several dtypes
+    The source's tensors an edited one may be are those that read its bytes:
+    the same file (``w.data``, ``./w.data`` and a link to it are one file),
+    offset and length (a reference without a length runs to the end of its
+    file). One range of the source may be read by tensors of several dtypes
     (:func:`~onnx_light.onnx.deduplicate_external_data` stores equal bytes
-    once, whatever their dtype); a tensor the tool moved (the ``Extractor``)
-    is found by its name, one it renamed (``onnx.compose.add_prefix``) by its
-    place or the source name its new name ends with. One that matches none of
-    those tensors keeps its bytes when its dtype is one of theirs, is
-    converted from the one that converts to its dtype, and is refused
-    otherwise.
+    once, whatever their dtype); then its place and name say which: the one
+    at its place with its name is itself; else those of its name (a tool
+    that moved it: the ``Extractor``), the one whose name its new name ends
+    with (a prefix added: ``onnx.compose.add_prefix``) and, with them, the
+    one at its place; every one of them when its name points at none. Those
+    its dtype and dims cannot follow (no conversion from their dtype, or dims
+    that do not hold the bytes) are left out; the others must have one
+    dtype, else the tensor is refused, naming the source's tensors, their
+    dtypes and what points at each: save_edited never guesses which dtype
+    the bytes have.
 
     Every reference is checked (file present, inside the folder, in range,
     matching dtype x dims) before anything is written; the source's files are
@@ -169,8 +174,9 @@ def save_edited(
         ExternalDataError: a reference is malformed, unsafe or out of range,
             its length fits neither its new dtype nor its source dtype, its
             dtype changed to one its bytes cannot be converted to (naming
-            both dtypes), or a destination is a file the model reads (naming
-            the tensor and the file).
+            both dtypes), its bytes are read by source tensors of several
+            dtypes and its place and name leave two of them, or a destination
+            is a file the model reads (naming the tensor and the file).
         OSError: disk full or I/O error; nothing is left under the
             destination names.
 

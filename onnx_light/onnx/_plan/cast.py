@@ -13,8 +13,12 @@ streams them (``_write/convert.py``).
 The dtypes are compared whatever the widths: float16 read as bfloat16 keeps
 the byte length and still changes every value. One range of the source may
 be read by tensors of several dtypes (a deduplicated model stores equal bytes
-once), so the source tensor is found by the tensor itself, its place and its
-name, not by the range alone.
+once); then the tensor's place and name say which of them it may be, and its
+bytes are converted only when every one it may be gives them one meaning.
+An identity that would be refused anyway (no conversion from its dtype, or
+dims that do not hold the bytes) is no alternative; two that remain with two
+dtypes are refused, never guessed between: a wrong guess writes wrong
+weights without a word.
 """
 
 from __future__ import annotations
@@ -25,9 +29,8 @@ import onnx
 
 from .._dtypes import CONVERSIONS, Conversion, conversion_for, dtype_name
 from .._errors import ExternalDataError, shown
-from .._read.external import read_entries
-from .._read.source_tensors import SourceTensors, range_key
-from .._read.tensors import Cast, is_external, iter_tensors
+from .._read.source_tensors import Candidates, SourceTensor, SourceTensors
+from .._read.tensors import Cast, TensorSite, is_external, iter_tensors, tensor_nbytes
 
 __all__ = ["find_casts"]
 
@@ -44,15 +47,16 @@ def find_casts(
     (:meth:`SourceTensors.candidates`) has another dtype: a graph tool changed
     the dtype, not the bytes. The dtypes are compared, not the byte lengths,
     so a change that keeps the width (float16 -> bfloat16, int32 -> float32)
-    is found too. When the source's tensors with its reference have several
-    dtypes and nothing tells which one it is, a tensor of one of those dtypes
-    keeps its bytes as they are, and one that a single of them converts to is
-    converted from it.
+    is found too. When the source's tensors that read its bytes have several
+    dtypes, those its place and name point at (all of them when neither
+    does) are the ones it may be; of those, the ones its dtype and dims can
+    follow (its own dtype, or one that converts to it, and dims that hold the
+    bytes) must have one dtype.
 
     Args:
-        model: the edited model, its references as the source has them.
+        model: the edited model, its references relative to the source's folder.
         source: gives the source's external tensors (called once, when the
-            model has an external tensor).
+            model has an external tensor that is not as the source has it).
         src: the source ``.onnx``, for messages.
         convert: the conversion for ``(source dtype, new dtype)``, None when
             there is none (default: :func:`conversion_for`).
@@ -64,9 +68,9 @@ def find_casts(
 
     Raises:
         ExternalDataError: a tensor's dtype changed to one its bytes cannot be
-            converted to, or its bytes are read by source tensors of several
-            dtypes and it is none of them (naming the tensor, the dtypes and
-            the source).
+            converted to; or its bytes are read by source tensors of several
+            dtypes and what it may be leaves two of them, or none (naming the
+            tensor, the source's tensors, their dtypes and what to do).
     """
     casts: dict = {}
     known = None
@@ -78,33 +82,108 @@ def find_casts(
             known = source()
         if known.unchanged(site):
             continue
-        key = range_key(read_entries(site))
-        if key is None:
-            continue  # the resolver says what is wrong
-        found = known.candidates(site, key)
-        dtypes = sorted({c.data_type for c in found})
-        if not dtypes or tensor.data_type in dtypes:
-            continue  # not the source's bytes (the resolver checks them), or the same dtype
-        usable = [c for c in map(convert, dtypes, [tensor.data_type] * len(dtypes)) if c]
-        if len(usable) == 1:
-            casts[site.path] = Cast(usable[0], site)
+        found = known.candidates(site)
+        if not found.found:
+            continue  # not the source's bytes (the resolver checks them)
+        dtype = _source_dtype(site, found, src, convert)
+        if tensor.data_type == dtype:
             continue
-        where = f"{shown(src)} at {key[0]!r}"
-        if len(dtypes) == 1:
+        conversion = convert(dtype, tensor.data_type)
+        if conversion is None:
             raise ExternalDataError(
-                f"tensor {site.label}: the edited model reads the {dtype_name(dtypes[0])} "
-                f"bytes of {where} as {dtype_name(tensor.data_type)}; the bytes can follow a "
-                "new dtype only for "
+                f"tensor {site.label}: the edited model reads the {dtype_name(dtype)} "
+                f"bytes {_where(site, found, src)} as {dtype_name(tensor.data_type)}; the "
+                "bytes can follow a new dtype only for "
                 + ", ".join(sorted(str(Conversion(*pair)) for pair in CONVERSIONS))
-                + f": give it back its dtype {dtype_name(dtypes[0])}, or load the model "
+                + f": give it back its dtype {dtype_name(dtype)}, or load the model "
                 "with its weights to change their values"
             )
-        reason = "more than one of them converts" if usable else "none of them converts"
-        raise ExternalDataError(
-            f"tensor {site.label}: its bytes in {where} are read by the source's tensors "
-            + ", ".join(map(str, found))
-            + f", it matches none of them by name or place, and the edited model reads "
-            f"them as {dtype_name(tensor.data_type)}, which {reason} to: give the tensor "
-            "its name in the source, or one of their dtypes"
-        )
+        casts[site.path] = Cast(conversion, site)
     return casts
+
+
+def _source_dtype(
+    site: TensorSite, found: Candidates, src: str, convert: Callable[[int, int], object]
+) -> int:
+    """The dtype the bytes of ``site`` have in the source.
+
+    Raises:
+        ExternalDataError: the source tensors it may be leave several dtypes, or none.
+    """
+    dtypes = {c.data_type for c in found.found}
+    if len(dtypes) == 1:
+        return dtypes.pop()
+    may_be = list(found.pointed) or found.found
+    fitting = [c for c in may_be if _fits(c.data_type, site, found.length, convert)]
+    left = {c.data_type for c in fitting}
+    if len(left) == 1:
+        return left.pop()
+    if not fitting and len({c.data_type for c in may_be}) == 1:
+        return may_be[0].data_type  # one tensor it is: its own refusal says why
+    raise ExternalDataError(_ambiguous(site, found, fitting, src))
+
+
+def _fits(dtype: int, site: TensorSite, length: int, convert) -> bool:
+    """True when the tensor can be ``length`` bytes of ``dtype``: its own dtype, or one
+    that converts to it, with dims that hold that many bytes."""
+    tensor = site.tensor
+    nbytes = tensor_nbytes(tensor)
+    if dtype == tensor.data_type:
+        return nbytes is None or nbytes == length
+    conversion = convert(dtype, tensor.data_type)
+    if conversion is None:
+        return False
+    return nbytes is None or conversion.source_length(nbytes) == length
+
+
+def _where(site: TensorSite, found: Candidates, src: str) -> str:
+    """The bytes an edited tensor reads, for messages."""
+    location = next(
+        (e.value for e in site.tensor.external_data if e.key == "location"), "its location"
+    )
+    end = found.offset + found.length
+    return f"[{found.offset}, {end}) of {location!r} beside {shown(src)}"
+
+
+def _ambiguous(site: TensorSite, found: Candidates, fitting: list[SourceTensor], src: str) -> str:
+    """The refusal of a tensor whose bytes have no one dtype among what it may be."""
+    tensor = site.tensor
+    target = dtype_name(tensor.data_type)
+    readers = [f"{c} at {c.where}" for c in found.found]
+    readers = ", ".join(readers[:-1]) + " and " + readers[-1]
+    head = (
+        f"tensor {site.label}: its bytes {_where(site, found, src)} are read in the source "
+        f"by {readers}"
+    )
+    if found.pointed:
+        pointers = "; ".join(
+            f"{' and '.join(why)} point{'s' if len(why) == 1 else ''} at {c}"
+            for c, why in found.pointed.items()
+        )
+    else:
+        pointers = "neither its name nor its place points at one of them"
+    if not fitting:
+        return (
+            f"{head}; {pointers}, and none of their dtypes is {target} or converts to it "
+            f"with its dims {list(tensor.dims)}: give the tensor its dtype in the source"
+        )
+    meanings = "; ".join(
+        f"as {c.name!r} they are "
+        + (
+            "kept"
+            if c.data_type == tensor.data_type
+            else f"converted from {dtype_name(c.data_type)}"
+        )
+        for c in fitting
+    )
+    fix = (
+        "save the dtype changes and the renames or moves apart: save_edited the model with "
+        "its tensors at their places and under their names in the source, then rename or "
+        "move them in that copy (its converted tensors have bytes of their own)"
+    )
+    if not found.pointed:
+        fix = "give the tensor its name in the source, or " + fix
+    return (
+        f"{head}; {pointers}. Read as {target}, those bytes mean two things ({meanings}), "
+        f"and save_edited does not guess which: {fix}"
+    )

@@ -383,6 +383,25 @@ class Resolver:
             ExternalDataError: the reference is malformed, unsafe or out of range.
         """
         entries = read_entries(site)
+        source, offset, length = self._locate(site, entries)
+        if source is not self._inline_source:  # inline bytes are checked if they move
+            check_length(site, length, source.path, cast)
+        return TensorRef(site, source, offset, length, entries["location"], _extra(entries), cast)
+
+    def span(self, site: TensorSite) -> tuple[tuple[int, int], int, int]:
+        """What the reference of ``site`` reads, as :meth:`resolve` finds it: ``(the
+        file's identity, offset, length)``, a missing length running to the end of the
+        file. Two spellings of one file (``w.data``, ``./w.data``, a link to it) give
+        one identity; the length is not checked against dtype x dims.
+
+        Raises:
+            FileNotFoundError, ExternalDataError: as :meth:`resolve`.
+        """
+        source, offset, length = self._locate(site, read_entries(site))
+        return source.identity, offset, length
+
+    def _locate(self, site: TensorSite, entries: dict[str, str]) -> tuple[SourceFile, int, int]:
+        """The file (opened and checked), offset and length of a reference, in range."""
         if self.inline is not None and self.inline.holds(entries):
             source = self.inline.source  # the model's own inline bytes
         else:
@@ -409,9 +428,7 @@ class Resolver:
                 f"tensor {site.label} in {shown(file)}: bytes [{offset}, {offset + length}) "
                 f"run past the end of the file ({size} bytes)"
             )
-        if source is not self._inline_source:  # inline bytes are checked if they move
-            check_length(site, length, file, cast)
-        return TensorRef(site, source, offset, length, entries["location"], _extra(entries), cast)
+        return source, offset, length
 
 
 def _extra(entries: dict[str, str]) -> dict[str, str] | None:
