@@ -359,3 +359,71 @@ def test_clipped_counts_per_tensor_inside_a_batch(tmp_path):
     )
     assert result.converted == 40
     assert result.clipped == {"t5": 2, "t9": 1}
+
+
+def _sparse(folder) -> str:
+    """m.onnx: a sparse initializer whose float32 values and int64 indices are external."""
+    values, indices = np.arange(8, dtype=np.float32) + 0.25, np.arange(0, 32, 4, dtype=np.int64)
+    with open(os.path.join(folder, "w.data"), "wb") as f:
+        f.write(values.tobytes() + indices.tobytes())
+
+    def external(name, data_type, offset, length):
+        t = onnx.TensorProto(name=name, data_type=data_type, dims=[8])
+        t.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", "w.data"), ("offset", offset), ("length", length)):
+            t.external_data.add(key=key, value=str(value))
+        return t
+
+    sparse = oh.make_sparse_tensor(
+        external("v", onnx.TensorProto.FLOAT, 0, 32),
+        external("i", onnx.TensorProto.INT64, 32, 64),
+        [32],
+    )
+    graph = oh.make_graph([], "g", [], [], sparse_initializer=[sparse])
+    path = os.path.join(folder, "m.onnx")
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.parametrize("weights_path", [None, "out.data"])
+def test_a_sparse_tensors_retyped_values_are_converted_inline(tmp_path, weights_path):
+    """A compact copy writes sparse tensors inline: their retyped float32 values are
+    converted to float16 in memory (they used to be refused with a hint that could not
+    be followed); the indices are copied as they are."""
+    src = _sparse(tmp_path)
+    model = onnxl.load(src, load_external_data=False)
+    model.graph.sparse_initializer[0].values.data_type = onnx.TensorProto.FLOAT16
+    out = tmp_path / "out"
+    out.mkdir()
+    weights = None if weights_path is None else out / weights_path
+    onnxl.save_edited(model, src, out / "c.onnx", weights)
+    sparse = onnx.load(out / "c.onnx").graph.sparse_initializer[0]
+    assert sparse.values.data_location == onnx.TensorProto.DEFAULT  # inline
+    assert sparse.values.data_type == onnx.TensorProto.FLOAT16
+    assert onh.to_array(sparse.values).tolist() == (np.arange(8) + 0.25).tolist()
+    assert onh.to_array(sparse.indices).tolist() == list(range(0, 32, 4))
+    assert sorted(os.listdir(out)) == ["c.onnx"]
+
+
+def test_an_inline_tensor_retyped_without_its_bytes_is_refused(tmp_path, weights):
+    """Loaded with skip_raw_data, a small tensor stays inline: retyped float32 -> float16,
+    its raw_data still holds float32 bytes. Refused, naming it, nothing written (it was
+    written as 32 float32 bytes under FLOAT16 [8])."""
+    small = {"W": weights["W"], "B": np.arange(8, dtype=np.float32)}
+    small["W"] = small["W"][:, :8].copy()
+    src = _model(tmp_path, small)
+    inline = onnxl.load(src, load_external_data=True)
+    onnx.save(inline, tmp_path / "single.onnx")  # one file: B (32 bytes) stays inline
+    model = onnxl.load(tmp_path / "single.onnx", load_external_data=False, skip_raw_data=True)
+    held = {t.name: t.data_location for t in model.graph.initializer}
+    assert held == {"W": onnx.TensorProto.EXTERNAL, "B": onnx.TensorProto.DEFAULT}
+    for t in model.graph.initializer:
+        t.data_type = onnx.TensorProto.FLOAT16
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(onnxl.ExternalDataError) as info:
+        onnxl.save_edited(model, tmp_path / "single.onnx", out / "x.onnx")
+    message = str(info.value)
+    assert message.startswith("tensor 'B' (graph.initializer[1])")
+    assert "32 bytes" in message and "FLOAT16 x [8] is 16 bytes" in message
+    assert not os.listdir(out)

@@ -119,7 +119,11 @@ def save_edited(
     converted tensor whose dims do not hold the source's values. Converted
     bytes are new bytes: with
     ``share_weights=True`` they go to ``dst_weights_path``, and the rest is
-    shared. Tensors the tool converted inline are written as they are.
+    shared. Tensors the tool converted inline are written as they are; an
+    inline tensor whose ``raw_data`` does not hold its dtype x dims (retyped,
+    its values not converted) is refused, naming it. A sparse tensor's
+    external values retyped are converted too, in memory: a compact copy
+    writes sparse tensors inline.
 
     The source's tensors an edited one may be are those that read its bytes:
     the same file (``w.data``, ``./w.data`` and a link to it are one file),

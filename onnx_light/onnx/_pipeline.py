@@ -46,6 +46,7 @@ from ._read.external import TensorRef, place
 from ._read.scan import PROTOBUF_LIMIT, model_files, ref_key, scan_model
 from ._read.sources import SourceFiles
 from ._system.gc import paused_gc
+from ._write.convert import converted_bytes
 from ._write.finish import finish
 from ._write.shards import WeightsFiles, kept_weights
 
@@ -462,7 +463,12 @@ class Pipeline:
                 subs[index[id(model)]][item.site.path] = sub
         for i, model in enumerate(self.models):
             for ref in model.plan.inline:
-                subs[i][ref.site.path] = Spliced(strip_raw_data(ref.site.tensor), ref)
+                inline = strip_raw_data(ref.site.tensor)
+                if ref.cast is None:
+                    subs[i][ref.site.path] = Spliced(inline, ref)
+                else:  # converted in memory (a sparse tensor's values: small)
+                    inline.raw_data = converted_bytes(ref, self.files)
+                    subs[i][ref.site.path] = inline
         return subs
 
     def _prune(self, outputs: list[str]) -> None:

@@ -70,13 +70,16 @@ def find_casts(
         ExternalDataError: a tensor's dtype changed to one its bytes cannot be
             converted to; or its bytes are read by source tensors of several
             dtypes and what it may be leaves two of them, or none (naming the
-            tensor, the source's tensors, their dtypes and what to do).
+            tensor, the source's tensors, their dtypes and what to do); or an
+            inline tensor's raw_data does not hold its dtype x dims.
     """
     casts: dict = {}
     known = None
     for site in iter_tensors(model):
         tensor = site.tensor
         if not is_external(tensor):
+            if tensor.HasField("raw_data"):
+                _check_inline(site)
             continue
         if known is None:
             known = source()
@@ -100,6 +103,30 @@ def find_casts(
             )
         casts[site.path] = Cast(conversion, site)
     return casts
+
+
+def _check_inline(site: TensorSite) -> None:
+    """An inline tensor's bytes hold its dtype x dims: a tool that retyped a tensor
+    held in the model (a small one ``skip_raw_data`` keeps inline) without converting
+    its values would otherwise be written with bytes of the old dtype.
+
+    Raises:
+        ExternalDataError: naming the tensor, its dtype, dims and byte counts.
+    """
+    tensor = site.tensor
+    expected = tensor_nbytes(tensor)
+    if expected is None:
+        return
+    held = len(tensor.raw_data)
+    if held != expected:
+        raise ExternalDataError(
+            f"tensor {site.label}: its raw_data holds {held} bytes, but "
+            f"{dtype_name(tensor.data_type)} x {list(tensor.dims)} is {expected} bytes: its "
+            "dtype or dims changed and its bytes, held in the model, did not (save_edited "
+            "converts only the bytes of references); convert its values in the model too "
+            "(onnx.numpy_helper.to_array, astype, from_array), or give it back its dtype "
+            "and dims"
+        )
 
 
 def _source_dtype(

@@ -25,7 +25,6 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .._errors import ExternalDataError, shown
 from .._read.external import InlineSpans, TensorRef, check_length, check_movable
 from .._read.sources import SourceFile
 from .._read.tensors import Cast, TensorSite, is_external, tensor_nbytes, typed_bytes
@@ -167,20 +166,17 @@ class Plan:
     def copy(self, ref: TensorRef, into_weights: bool) -> None:
         """Copy the bytes of an external tensor: into the weights files, or inline.
 
-        Raises:
-            ExternalDataError: its bytes change dtype but would be spliced into
-                the ``.onnx`` (only the weights files' writer converts).
+        Bytes that change dtype are converted on the way either way: streamed
+        into the weights files, or read and converted in memory for the
+        ``.onnx`` (a sparse tensor's values, which stay inline).
         """
         if ref.cast is not None:
-            if not into_weights:
-                raise ExternalDataError(
-                    f"tensor {ref.site.label} in {shown(ref.file)}: its bytes are "
-                    f"{ref.cast.conversion.src} values the edited model reads as "
-                    f"{ref.cast.conversion}: they are converted only into a weights file "
-                    "(give the save a weights location)"
-                )
             size = ref.cast.conversion.length(ref.length)
-            self.items.append(Item(ref.site, size, ref, ref.extra))
+            if into_weights:
+                self.items.append(Item(ref.site, size, ref, ref.extra))
+            else:
+                self.inline.append(ref)
+                self.inline_bytes += size
         elif into_weights:
             self.items.append(Item(ref.site, ref.length, ref, ref.extra))
         else:

@@ -24,13 +24,14 @@ import numpy as np
 from .._dtypes import BFLOAT16, DOUBLE, FLOAT, FLOAT16, ITEMSIZE, Conversion
 from .._errors import TruncatedFileError, shown
 from .._plan.planner import Item
+from .._read.external import TensorRef
 from .._read.sources import SourceFiles
-from .._system.files import read_upto
+from .._system.files import read_upto, read_whole
 from .._system.pool import Pool
 from .clip import clip_to_float16
 from .copy import pwrite_all
 
-__all__ = ["CAST_CHUNK", "convert", "write_casts"]
+__all__ = ["CAST_CHUNK", "convert", "converted_bytes", "write_casts"]
 
 CAST_CHUNK = 8 * 1024 * 1024  # source bytes per chunk (a multiple of every value size)
 SMALL = 64 * 1024  # tensors of at most this many bytes may be batched
@@ -75,6 +76,22 @@ def convert(data: memoryview | bytes, conversion: Conversion) -> tuple[np.ndarra
         return values, 0  # bfloat16 -> float32
     with np.errstate(over="ignore"):  # beyond the target's range: infinite, as cast
         return values.astype(_NUMPY[dst]), 0
+
+
+def converted_bytes(ref: TensorRef, files: SourceFiles) -> bytes:
+    """The bytes of ``ref`` converted by its cast, read whole into memory: a tensor
+    that stays inline in the ``.onnx`` (a sparse tensor's values), which protobuf's
+    2 GiB limit keeps small. The values the clipping changed are counted.
+
+    Raises:
+        TruncatedFileError: its file ended before its last byte.
+    """
+    what = f"tensor {ref.site.label} in {shown(ref.file)}"
+    with files.lease(ref.source) as src:
+        data = read_whole(src, ref.length, what, ref.offset)
+    out, clipped = convert(data, ref.cast.conversion)
+    ref.cast.clipped += clipped
+    return memoryview(out).cast("B").tobytes()
 
 
 def write_casts(
