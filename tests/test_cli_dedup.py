@@ -510,6 +510,35 @@ def test_dedup_with_files_refuses_a_file_from_elsewhere(tmp_path, capsys, link):
     assert folder_digest(tmp_path / "src") == before
 
 
+@pytest.mark.parametrize("kind", ["fifo", "folder", "dangling", "devnull"])
+def test_dedup_with_files_refuses_a_companion_that_is_no_file(tmp_path, capsys, kind):
+    """tokenizer.json a FIFO, a folder, a link to nothing or to /dev/null: --with-files
+    refuses it by name before anything is written (it was left out of the copy, exit 0,
+    nothing said)."""
+    srcs = _with_files_pair(tmp_path)
+    stray = tmp_path / "src" / "tokenizer.json"
+    stray.unlink()
+    if kind == "fifo":
+        os.mkfifo(stray)
+    elif kind == "folder":
+        stray.mkdir()
+    else:
+        os.symlink("missing.json" if kind == "dangling" else os.devnull, stray)
+    code, out, err = _cli(capsys, "dedup", *srcs, "--out", tmp_path / "out", "--with-files")
+    assert code == 1 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "tokenizer.json" in lines[0]
+    reason = {
+        "fifo": "is not a regular file",
+        "folder": "is a folder, not a file",
+        "dangling": "is a link to 'missing.json', which does not exist",
+        "devnull": "outside the model folder",
+    }[kind]
+    assert reason in lines[0]
+    assert os.listdir(tmp_path / "out") == []
+
+
 def _hf_repo_snapshot(tmp_path) -> tuple[list[str], dict[str, bytes]]:
     """A Hugging Face cache repo: snapshots/<rev>/onnx/ holds two models, their data and
     the exporter's files, every one a link into the repo's blobs/."""

@@ -404,6 +404,33 @@ def test_with_files_are_committed_with_the_models(tmp_path, monkeypatch):
     ]
 
 
+def test_with_files_never_copies_a_folder_a_model_or_its_weights(tmp_path):
+    """with_files copies an exporter's other files: the sources' folder itself, a source
+    model and a weights file a source reads are refused, each said for what it is (a
+    weights file was copied beside the new weights), and so is a folder where a copy
+    would go; nothing is written."""
+    srcs = _pair(tmp_path / "m")
+    (tmp_path / "m" / "config.json").write_text("{}")
+    out = tmp_path / "out"
+    out.mkdir()
+    dsts = [out / "a.onnx", out / "b.onnx"]
+    weights = [tmp_path / "m" / n for n in sorted(os.listdir(tmp_path / "m")) if "data" in n]
+    assert weights
+    folder = str(tmp_path / "m") + os.sep
+    with pytest.raises(ValueError, match=r"'.*m' is a folder, not a file"):
+        onnxl.deduplicate_external_data(srcs, dsts, with_files=[folder])
+    for data in weights:
+        model = "a.onnx" if data.name.startswith("a") else "b.onnx"
+        with pytest.raises(ValueError, match=rf"{data.name}' is a weights file of model .*{model}"):
+            onnxl.deduplicate_external_data(srcs, dsts, with_files=[data])
+    with pytest.raises(ValueError, match=r"a.onnx' is the source model .*a.onnx"):
+        onnxl.deduplicate_external_data(srcs, dsts, with_files=[srcs[0]])
+    (out / "config.json").mkdir()
+    with pytest.raises(ValueError, match=r"destination '.*config.json' is a folder"):
+        onnxl.deduplicate_external_data(srcs, dsts, with_files=[tmp_path / "m" / "config.json"])
+    assert os.listdir(out) == ["config.json"]
+
+
 def test_with_files_refused_before_anything_is_written(tmp_path):
     srcs = _pair(tmp_path / "m")
     (tmp_path / "m" / "config.json").write_text("{}")
@@ -417,8 +444,11 @@ def test_with_files_refused_before_anything_is_written(tmp_path):
         onnxl.deduplicate_external_data(srcs, dsts, with_files=[tmp_path / "elsewhere.json"])
     with pytest.raises(FileNotFoundError, match="nope.json"):
         onnxl.deduplicate_external_data(srcs, dsts, with_files=[tmp_path / "m" / "nope.json"])
+    (tmp_path / "m" / "w.data").write_text("not a weights file of a.onnx or b.onnx")
     with pytest.raises(ValueError, match="which this call writes otherwise"):
-        onnxl.deduplicate_external_data(srcs, dsts, with_files=[srcs[0]])
+        onnxl.deduplicate_external_data(
+            srcs, dsts, "w.data", with_files=[tmp_path / "m" / "w.data"]
+        )
     os.symlink("../elsewhere.json", tmp_path / "m" / "linked.json")
     with pytest.raises(onnxl.ExternalDataError, match="linked.json.*elsewhere.json.*outside"):
         onnxl.deduplicate_external_data(srcs, dsts, with_files=[tmp_path / "m" / "linked.json"])

@@ -166,13 +166,15 @@ EXPORTER_FILES = (".json", ".txt", ".model", ".tiktoken", ".jinja")  # configs, 
 def _exporter_files(sources: list[str]) -> list[str]:
     """The exporter's other files beside the sources (config.json, generation_config.json,
     tokenizer files, genai_config.json...): what a loader reads beside the models; never a
-    model or a weights file. Every folder's, in the sources' order."""
+    model or a weights file. Every folder's, in the sources' order. Every entry of those
+    names, whatever it is: one that is no regular file (a FIFO, a folder, a dangling link,
+    a link to a device) is refused by the library, by name, before anything is written,
+    never silently left out of the copy."""
     found = []
     for folder in dict.fromkeys(os.path.dirname(os.path.abspath(s)) for s in sources):
         for name in sorted(os.listdir(folder)):
-            path = os.path.join(folder, name)
-            if name.endswith(EXPORTER_FILES) and os.path.isfile(path):
-                found.append(path)
+            if name.endswith(EXPORTER_FILES):
+                found.append(os.path.join(folder, name))
     return found
 
 

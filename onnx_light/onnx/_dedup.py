@@ -27,7 +27,7 @@ from ._options import WriteOptions, check_options
 from ._pipeline import Model, Pipeline, WriteResult
 from ._plan.planner import Item
 from ._read.external import place
-from ._read.sources import kernel_path
+from ._read.sources import identity, kernel_path
 from ._system.memory import drop_by_default
 from ._write.companions import Companions
 
@@ -160,7 +160,8 @@ def deduplicate_external_data(
             destination models, each under its own name (an exporter's
             ``config.json``, ``genai_config.json``, tokenizer files), in the
             same commit: an error leaves none of them under its final name.
-            Each must follow the rule for the models' data files: once links
+            A folder, a source model or a weights file one of them reads is
+            refused. Each must follow the rule for the models' data files: once links
             are resolved it lies inside its model's folder, or inside the
             folder of the model file's real path (a Hugging Face snapshot's
             ``blobs/``), and it is a regular file with a single hard link;
@@ -180,9 +181,10 @@ def deduplicate_external_data(
             :class:`~onnx_light.onnx.WriteOptions`.
         ValueError: not one destination per source, destinations in several
             folders, some destinations in place and others not, a bad
-            weights name, a file of ``with_files`` that is not in
-            a source model's folder or would be copied over a model or a
-            weights file the call writes.
+            weights name, a file of ``with_files`` that is a folder, a
+            source model or one of its weights files, is not in a source
+            model's folder or would be copied over a model or a weights file
+            the call writes.
         FileNotFoundError: a model, a data file, a reused file or a file of
             ``with_files`` is missing.
         ExternalDataError: a reference is unsafe or out of range (naming the
@@ -213,7 +215,9 @@ def deduplicate_external_data(
         for src, dst in zip(srcs, dsts, strict=True):
             run.add_source(src, dst, threshold=run.threshold, hint=_hint(src, dst))
         items = run.items
-        companions = Companions.open(with_files, srcs, folder, run.files, dsts)  # before any read
+        companions = Companions.open(  # before any read
+            with_files, srcs, folder, run.files, dsts, _made_of(run.models)
+        )
         reused = open_reused(reuse, folder, run.files)
         blobs = [blob_of(it) for it in items] + [r.blob for r in reused]
         report = _Phases(options.progress, comparison_estimate(blobs), sum(it.size for it in items))
@@ -245,6 +249,20 @@ def deduplicate_external_data(
         files_copied=companions.targets,
         files_left=companions.left,
     )
+
+
+def _made_of(models: list[Model]) -> dict[tuple[int, int], str]:
+    """The files the source models are made of, by identity: each model, and the
+    weights files it reads (what ``with_files`` never copies)."""
+    made_of: dict[tuple[int, int], str] = {}
+    for model in models:
+        name = shown(model.src)
+        for source in model.plan.sources:
+            made_of.setdefault(source.identity, f"a weights file of model {name}")
+        itself = identity(model.src)
+        if itself is not None:
+            made_of.setdefault(itself, f"the source model {name}")
+    return made_of
 
 
 def _hint(src: str, dst: str) -> str:

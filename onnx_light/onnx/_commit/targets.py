@@ -236,6 +236,11 @@ def _identities(path: str) -> set[tuple[int, int]] | None:
             ids.add((st.st_dev, st.st_ino))
         except OSError:
             pass  # a dangling link: only the link is replaced
+    elif stat.S_ISDIR(lst.st_mode):
+        raise ValueError(
+            f"destination {shown(path)} is a folder: refusing to replace it; move it away, "
+            "or write to another folder"
+        )
     elif not stat.S_ISREG(lst.st_mode):
         raise ValueError(
             f"destination {shown(path)} exists and is not a regular file (a device, FIFO or "

@@ -5,7 +5,9 @@ onnxruntime-genai's ``genai_config.json``, the tokenizer files. A writer
 given ``with_files`` copies them into its destination folder, each under its
 own name, in its own commit:
 
-- each file lies in the folder of a source model and follows the rule for
+- each file is a file (a folder is refused as one), not a file the source
+  models are made of (a model, a weights file one of them reads: the call
+  writes those itself), lies in the folder of a source model and follows the rule for
   that model's data files (:meth:`~onnx_light.onnx._read.sources.SourceFiles.data`,
   with the folders the model's resolver allows, any model of that folder):
   once links are resolved it lies inside the model's folder, or inside the
@@ -33,7 +35,7 @@ own name, in its own commit:
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .._commit.atomic import AtomicFiles
@@ -84,6 +86,7 @@ class Companions:
         folder: str,
         files: SourceFiles,
         taken: Collection[str] = (),
+        made_of: Mapping[tuple[int, int], str] | None = None,
     ) -> Companions:
         """Check and open every file of ``paths``.
 
@@ -94,13 +97,17 @@ class Companions:
             files: the call's source files: each file is opened there, once.
             taken: the destinations the call writes otherwise (its models):
                 no file may be copied over one.
+            made_of: the files the source models are made of (the models
+                and the weights files they read), by identity, with what
+                each is ("a weights file of model 'a.onnx'"): never copied.
 
         Returns:
             The files to copy, and those left out.
 
         Raises:
             TypeError: ``paths`` is one path, not a list.
-            ValueError: a file is not in the folder of a source model, or
+            ValueError: a file is a folder, is a model or a weights file of
+                the call's sources, is not in the folder of a source model, or
                 its destination is one the call writes otherwise.
             FileNotFoundError: a file does not exist.
             ExternalDataError: a file resolves outside its model's folders,
@@ -116,6 +123,11 @@ class Companions:
         later: list[_Copy] = []
         for given in paths:
             path = kernel_path(given)
+            if os.path.isdir(path):
+                raise ValueError(
+                    f"{shown(path)} is a folder, not a file: with_files copies files beside "
+                    "the models; name the files of it to copy, or leave it out"
+                )
             home, name = os.path.split(path)
             models = by_folder.get(home)
             if models is None:
@@ -132,9 +144,24 @@ class Companions:
                         for root in Resolver(home, files, model=files.model(model)).roots
                     )
                 )
-            source = files.data(
-                home, roots_of[home], name, name, noun="copying", kind="file", fix=OUTSIDE_FIX
-            )
+            try:
+                source = files.data(
+                    home, roots_of[home], name, name, noun="copying", kind="file", fix=OUTSIDE_FIX
+                )
+            except FileNotFoundError:
+                if not os.path.islink(path):
+                    raise
+                raise FileNotFoundError(
+                    f"copying {name}: {shown(path)} is a link to {shown(os.readlink(path))}, "
+                    "which does not exist: remove the link, or put the file it names there"
+                ) from None
+            what = (made_of or {}).get(source.identity)
+            if what is not None:
+                raise ValueError(
+                    f"{shown(path)} is {what}: with_files copies an exporter's other files "
+                    "(configs, tokenizers); the call writes the models and their weights "
+                    "itself: leave it out"
+                )
             entry = _Copy(path, source, os.path.join(folder, name))
             if name in firsts:
                 later.append(entry)
