@@ -84,7 +84,8 @@ class SourceTensors:
     name is the tensor itself; else those of its name, the one whose name its
     name ends with (a prefix added) and, when a name points at one, the one at
     its place. A place alone says nothing: a tool that moved and renamed
-    tensors leaves another tensor there.
+    tensors leaves another tensor there (so an unnamed tensor, a node's
+    attribute, is identified by nothing but its bytes).
 
     Args:
         model: the source model, scanned without its weights.
@@ -144,7 +145,7 @@ class SourceTensors:
             return result
         name, path = site.tensor.name, site.path
         here = next((c for c in found if c.path == path), None)
-        if here is not None and here.name == name:
+        if here is not None and name and here.name == name:
             result.pointed[here] = [BY_PLACE, BY_NAME]
             return result
         for c in found:
