@@ -30,7 +30,7 @@ class _Limit(argparse.Action):
     ``--max-finite-val`` whichever is given first (the other then holds its
     default, or the value given before): a usage error naming both."""
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
+    def __call__(self, parser, namespace, values, _option_string=None) -> None:
         setattr(namespace, self.dest, values)
         low, high = namespace.min_positive_val, namespace.max_finite_val
         if low > high:

@@ -328,3 +328,19 @@ def test_house_style_tree_matches_the_code():
         and not (folder == package and name == "__init__.py")
     }
     assert listed == actual
+
+
+def test_the_howtos_model_is_the_one_their_outputs_come_from(tmp_path, monkeypatch):
+    """The how-to index's lines make the ``model.onnx`` the pages print outputs of:
+    run in an empty folder, they write the very files the pages' recipes run on here."""
+    [(language, code, _)] = blocks(os.path.join("_doc", "howto", "index.rst"))
+    assert language == "python"
+    made, fixture = tmp_path / "made", tmp_path / "fixture"
+    made.mkdir()
+    fixture.mkdir()
+    monkeypatch.chdir(made)
+    exec(compile(code, "howto/index.rst", "exec"), {})
+    monkeypatch.chdir(fixture)  # onnx.save looks for the location from the current folder
+    save_two_file(make_gemm_model(4, 256), fixture / "model.onnx", location="model.onnx.data")
+    for name in ("model.onnx", "model.onnx.data"):
+        assert (made / name).read_bytes() == (fixture / name).read_bytes(), name
