@@ -310,7 +310,7 @@ def test_align_to_a_file_named_dash(tmp_path, monkeypatch):
 
 def test_info_table(tmp_path, capsys):
     src = save_model(tmp_path)
-    assert main(["info", src]) == 0
+    assert main(["info", src, "--tensors"]) == 0
     out = capsys.readouterr().out
     assert "8 tensors, 8 external" in out
     header = next(line for line in out.splitlines() if line.startswith("name"))
@@ -618,7 +618,7 @@ def test_info_with_negative_and_positive_offsets(tmp_path, capsys):
         )
     )
     onnx.save(model, str(tmp_path / "m.onnx"))
-    for json_flag in ([], ["--json"]):
+    for json_flag in (["--tensors"], ["--json"]):
         code, out, err = _cli(capsys, "info", tmp_path / "m.onnx", *json_flag)
         assert code == 0, err
         assert "-4" in out
@@ -640,6 +640,8 @@ def test_cli_on_a_tensor_name_that_is_not_utf8(tmp_path, capsys, command):
     before = path.read_bytes()
     if command == "align":
         args = ["align", path, tmp_path / "a.onnx", "--size-threshold", "0"]
+    elif command == "info":
+        args = ["info", path, "--tensors"]
     else:
         args = [*command.split()[:1], path, *command.split()[1:]]
     code, out, err = _cli(capsys, *args)

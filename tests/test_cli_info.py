@@ -1,9 +1,11 @@
 """``onnx-light info`` on a model with a thousand small tensors, as exporters write them.
 
 GPT-2 as optimum exports it holds 55 weights and about a thousand 8-byte
-Constants. ``info`` leads with a summary (tensors by place, bytes per file,
-alignment, shared ranges), filters the table (``--external``, ``--min-size``)
-in text and JSON, names an attribute tensor after its node, and says when a
+Constants (1,185 lines of table). ``info`` prints a summary (tensors by place,
+bytes per file, alignment, shared ranges) and the files, then says how to list
+the tensors; ``--tensors`` lists them largest first, ``--external`` and
+``--min-size`` filter that table (and imply it) in text and JSON; ``--json``
+keeps every tensor. It names an attribute tensor after its node, and says when a
 weights file is missing.
 """
 
@@ -59,15 +61,42 @@ def test_info_leads_with_a_summary(tmp_path, capsys):
         "aligned to 4096: yes",
         "aligned to 65536: yes",
     ]
-    # the files come before the long table
+    # the files, then a line saying how to list the tensors: no table of 304 rows
     files = next(i for i, line in enumerate(lines) if line.startswith("file "))
-    table = next(i for i, line in enumerate(lines) if line.startswith("name "))
-    assert files < table
     assert lines[files + 1].split()[:3] == [
         "model.onnx_data",
         str(N_WEIGHTS),
         str(N_WEIGHTS * 65536),
     ]
+    assert lines[files + 2].split()[:2] == ["inline", str(N_SMALL)]
+    assert lines[files + 3 :] == [
+        "",
+        f"{N_SMALL + N_WEIGHTS} tensors not listed: --tensors lists them, largest first; "
+        f"--min-size 1K lists the {N_WEIGHTS} of at least 1 KiB",
+    ]
+    assert not any(line.startswith(("name ", "h.", "/h.")) for line in lines)
+
+
+def test_tensors_lists_every_tensor_largest_first(tmp_path, capsys):
+    path = _exporter_like(tmp_path)
+    code, out, _ = _cli(capsys, "info", path, "--tensors")
+    assert code == 0
+    lines = out.splitlines()
+    header = lines.index(f"every tensor ({N_SMALL + N_WEIGHTS}), largest first")
+    assert lines[header + 1].split()[:3] == ["name", "dtype", "shape"]
+    rows = [line.split()[0] for line in lines[header + 2 :]]
+    # the 64 KiB weights first, then the 8-byte Constants; equal sizes in the model's order
+    expected = [f"h.{i}.w" for i in range(N_WEIGHTS)]
+    assert rows == expected + [f"/h.{i}/Constant.value" for i in range(N_SMALL)]
+    sizes = {"w8": 8, "w4096": 4096, "w64": 64, "w1024": 1024}
+    inits = [numpy_helper.from_array(np.zeros(n, np.uint8), name) for name, n in sizes.items()]
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), tmp_path / "s.onnx")
+    out = _cli(capsys, "info", tmp_path / "s.onnx", "--tensors")[1]
+    rows = [line.split()[0] for line in out.splitlines() if line.startswith("w")]
+    assert rows == ["w4096", "w1024", "w64", "w8"]
+    # --json keeps the model's order, and every tensor
+    doc = json.loads(_cli(capsys, "info", tmp_path / "s.onnx", "--json")[1])
+    assert [t["name"] for t in doc["tensors"]] == list(sizes)
 
 
 def test_info_filters_the_table_not_the_summary(tmp_path, capsys):
@@ -76,10 +105,16 @@ def test_info_filters_the_table_not_the_summary(tmp_path, capsys):
     assert code == 0
     rows = [line for line in out.splitlines() if line.startswith("h.")]
     assert [r.split()[0] for r in rows] == [f"h.{i}.w" for i in range(N_WEIGHTS)]
-    assert f"{N_WEIGHTS} of {N_SMALL + N_WEIGHTS} tensors listed: external tensors" in out
+    listed = f"{N_WEIGHTS} of {N_SMALL + N_WEIGHTS} tensors listed: external tensors"
+    assert f"{listed}, largest first" in out  # --external implies --tensors
     assert f"{N_SMALL + N_WEIGHTS} tensors" in out.splitlines()[0]
     code, out, _ = _cli(capsys, "info", path, "--min-size", "1K")
     assert code == 0 and not any(line.startswith("/h.") for line in out.splitlines())
+    assert [r.split()[0] for r in out.splitlines() if r.startswith("h.")] == [
+        f"h.{i}.w" for i in range(N_WEIGHTS)
+    ]  # --min-size implies --tensors
+    doc = json.loads(_cli(capsys, "info", path, "--json")[1])
+    assert len(doc["tensors"]) == N_SMALL + N_WEIGHTS  # --json: every tensor
     doc = json.loads(_cli(capsys, "info", path, "--json", "--min-size", "1K")[1])
     assert [t["name"] for t in doc["tensors"]] == [f"h.{i}.w" for i in range(N_WEIGHTS)]
     assert doc["tensor_count"] == N_SMALL + N_WEIGHTS and doc["inline_tensors"] == N_SMALL

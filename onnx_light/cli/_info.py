@@ -1,4 +1,5 @@
-"""``onnx-light info``: every tensor, where its bytes live and how they are aligned."""
+"""``onnx-light info``: where a model's bytes live and how they are aligned; its tensors,
+largest first, on request."""
 
 from __future__ import annotations
 
@@ -15,17 +16,21 @@ from ._text import plural, printable, sharing, table
 __all__ = ["add_parser", "cmd_info"]
 
 ALIGNMENTS = (4096, 65536)  # the alignments info says a model has or not
+HINT_SIZE = 1024  # the --min-size the line under the files suggests
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    """Run ``onnx-light info``: print the tensor table, or JSON with ``--json``.
+    """Run ``onnx-light info``: print the summary and the files, the tensor table with
+    ``--tensors`` (or a filter: ``--external``, ``--min-size``), or JSON with ``--json``
+    (every tensor, or those the filters keep).
 
     With several models, each model's report in turn, then the ranges
     tensors of several models read (JSON: ``{"models": [...],
     "shared_ranges": [...], "transposed": ...}``).
 
     Args:
-        args: the parsed arguments (model: a list, json, twins).
+        args: the parsed arguments (model: a list, json, tensors, external,
+            min_size, twins).
 
     Returns:
         The exit code, 0.
@@ -53,10 +58,12 @@ def cmd_info(args: argparse.Namespace) -> int:
             doc = {**infos[0], "transposed": transposed}
         print(json.dumps(doc, indent=2))
         return 0
+    table_asked = args.tensors or args.external or bool(args.min_size)
     for k, info in enumerate(report.models):
         if k:
             print()
-        _print_info(info, [t for t in info.tensors if listed(t)], args.external, args.min_size)
+        tensors = [t for t in info.tensors if listed(t)] if table_asked else None
+        _print_info(info, tensors, args.external, args.min_size)
     name = _tensor_namer(args.model, several)
     if shared:
         print()
@@ -148,10 +155,11 @@ def _tensor_namer(models: list[str], several: bool):
 
 
 def _print_info(
-    info: ModelInfo, tensors: list[TensorInfo], external_only: bool, min_size: int
+    info: ModelInfo, tensors: list[TensorInfo] | None, external_only: bool, min_size: int
 ) -> None:
     """One model: a summary (tensors by place, bytes per file, alignment, shared ranges),
-    the files, then the table of ``tensors`` (those listed)."""
+    the files, then the table of ``tensors`` (those listed), largest first; None: a line
+    saying how to list them."""
 
     def cell(v: object, none: str = "-") -> str:
         return none if v is None else printable(str(v))
@@ -172,7 +180,12 @@ def _print_info(
             ]
         )
     print(table(files, {1, 2, 3}))
+    if tensors is None:
+        print()
+        print(_table_hint(info))
+        return
     print()
+    tensors = sorted(tensors, key=_largest_first)  # stable: equal sizes in the model's order
     rows = [["name", "dtype", "shape", "location", "offset", "length", "offset 2^k"]]
     for t in tensors:
         inline = t.location is None
@@ -191,8 +204,31 @@ def _print_info(
     if external_only or min_size:
         what = " external" if external_only else ""
         size = f" of at least {min_size} bytes" if min_size else ""
-        print(f"{len(tensors)} of {len(info.tensors)} tensors listed:{what} tensors{size}")
+        print(
+            f"{len(tensors)} of {len(info.tensors)} tensors listed:{what} tensors{size}, "
+            "largest first"
+        )
+    else:
+        print(f"every tensor ({len(info.tensors)}), largest first")
     print(table(rows, {4, 5, 6}))
+
+
+def _largest_first(t: TensorInfo) -> int:
+    """The sort key of the tensor table: its length, descending; unknown ones last."""
+    return -t.length if isinstance(t.length, int) else 1
+
+
+def _table_hint(info: ModelInfo) -> str:
+    """The line that says how to list the tensors, and how many a size filter keeps."""
+    total = len(info.tensors)
+    if not total:
+        return "no tensor to list"
+    large = sum(isinstance(t.length, int) and t.length >= HINT_SIZE for t in info.tensors)
+    return (
+        f"{total} {plural(total, 'tensor')} not listed: --tensors lists "
+        f"{'it' if total == 1 else 'them'}, largest first; --min-size 1K lists the {large} "
+        "of at least 1 KiB"
+    )
 
 
 def _info_summary(info: ModelInfo) -> list[str]:
@@ -228,11 +264,13 @@ def add_parser(sub) -> None:
     """Declare ``onnx-light info`` on the subcommands ``sub``."""
     p = sub.add_parser(
         "info",
-        help="list every tensor, where its bytes live and how they are aligned",
-        description="A table of every tensor (name, dtype, shape, location, offset, length, "
-        "the largest power of two dividing the offset), totals per file, whether "
-        "the model is aligned to 4096 / 65536, and the ranges several tensors read "
-        "(a deduplicated model). Weights are not read (but with --twins).",
+        help="show where a model's bytes live and how they are aligned; its tensors on request",
+        description="A summary (tensors by place, whether the model is aligned to 4096 / "
+        "65536), totals per file, and the ranges several tensors read (a deduplicated model). "
+        "With --tensors (or --external, --min-size): a table of the tensors, largest first "
+        "(name, dtype, shape, location, offset, length, the largest power of two dividing "
+        "the offset). --json prints every tensor, in the model's order. Weights are not read "
+        "(but with --twins).",
     )
     p.add_argument(
         "model",
@@ -240,18 +278,29 @@ def add_parser(sub) -> None:
         metavar="MODEL.onnx",
         help="one model, or several: then the ranges their tensors share are listed too",
     )
-    p.add_argument("--json", action="store_true", help="print a JSON document instead")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON document instead, with every tensor in the model's order (or those "
+        "--external and --min-size keep)",
+    )
+    p.add_argument(
+        "--tensors",
+        action="store_true",
+        help="also print the table of every tensor, largest first",
+    )
     p.add_argument(
         "--external",
         action="store_true",
-        help="list only the external tensors (the summary and files still count every one)",
+        help="list only the external tensors (implies --tensors; the summary and files still "
+        "count every one)",
     )
     p.add_argument(
         "--min-size",
         type=size_arg,
         default=0,
         metavar="BYTES",
-        help="list only the tensors of at least BYTES, e.g. 1K",
+        help="list only the tensors of at least BYTES, e.g. 1K (implies --tensors)",
     )
     p.add_argument(
         "--twins",
