@@ -53,6 +53,7 @@ from ._inspect.verify import VerifyReport, VerifyResult, verify_model, verify_mo
 from ._io import load, save, serialize_to_file
 from ._options import SerializeOptions, WriteOptions, check_setting
 from ._pipeline import WriteResult
+from ._quantize import QuantizeResult, quantize_weights
 from ._read.wire import WireError
 from ._save import save_model_with_shared_external_data
 
@@ -66,6 +67,7 @@ for _public in (
     InspectReport,
     LoaderVerdict,
     ModelInfo,
+    QuantizeResult,
     SerializeOptions,
     SharedRange,
     TensorInfo,
@@ -82,6 +84,7 @@ for _public in (
     inspect_model,
     inspect_models,
     load,
+    quantize_weights,
     save,
     save_edited,
     save_model_with_shared_external_data,
@@ -112,6 +115,7 @@ __all__ = [
     "ModelProto",
     "NodeProto",
     "OperatorSetIdProto",
+    "QuantizeResult",
     "SerializeOptions",
     "SharedRange",
     "SparseTensorProto",
@@ -135,6 +139,7 @@ __all__ = [
     "inspect_models",
     "load",
     "numpy_helper",
+    "quantize_weights",
     "save",
     "save_edited",
     "save_model_with_shared_external_data",

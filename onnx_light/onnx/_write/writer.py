@@ -6,7 +6,8 @@ by ``num_threads`` writers at their planned offsets. At most
 :data:`IN_FLIGHT_BYTES` of raw data are copied out of the model at once (or a
 single tensor, when it is larger), so memory grows by at most the largest
 tensor + 64 MiB. Bytes that change dtype on the way are read, converted and
-written in chunks (``_write/convert.py``).
+written in chunks (``_write/convert.py``); weights quantized on the way are
+read in slabs and their parts written (``_write/quantize.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .._system.pool import Pool
 from .convert import write_casts
 from .copy import CopyEngine, pwrite_all
 from .fs import CopyPolicy, copy_policy
+from .quantize import QuantPart, write_quantized
 from .runs import BATCH_BYTES, Run, Scratch, copy_batch, copy_run, groups, runs
 
 __all__ = ["write_pieces", "write_weights"]
@@ -145,6 +147,10 @@ def write_weights(
                     scratch = Scratch(min(BATCH_BYTES, chunk_size))
                 copy_batch(engine, src, fd, group, scratch)
         _write_memory(fd, memory, threads, engine.advance)
+        quantized = [job for job in casts if isinstance(job[1].cast.conversion, QuantPart)]
+        if quantized:  # read once per weight, whatever its parts (_write/quantize.py)
+            casts = [job for job in casts if not isinstance(job[1].cast.conversion, QuantPart)]
+            write_quantized(fd, quantized, files, engine.advance)
         write_casts(fd, casts, files, engine.advance, CAST_THREADS)
     _set_size(fd, layout.total)
     if progress is not None and total == 0:
