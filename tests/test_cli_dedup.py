@@ -400,10 +400,23 @@ def test_dedup_genai_folders_in_one_command(tmp_path, capsys):
     code, out, err = _cli(capsys, "dedup", *srcs, "--out", tmp_path / "out", "--with-files")
     assert code == 0, err
     assert sorted(os.listdir(tmp_path / "out")) == [
-        "fp32_model.onnx", "genai_config.json", "tokenizer.json", "tuned_model.onnx", "weights.data"
+        "fp32_model.onnx", "genai_config.json", "tokenizer.json", "tuned_genai_config.json",
+        "tuned_model.onnx", "weights.data",
     ]  # fmt: skip
     assert f"written as: {srcs[0]} -> fp32_model.onnx, {srcs[1]} -> tuned_model.onnx" in out
-    assert "copied beside them: genai_config.json, tokenizer.json" in out
+    assert "copied beside them: genai_config.json, tokenizer.json, tuned_genai_config.json" in out
+    # each folder's config names its model under its new name, the rest as it was
+    assert "genai_config.json names fp32_model.onnx (was model.onnx)" in out
+    assert "tuned_genai_config.json names tuned_model.onnx (was model.onnx)" in out
+    assert "config.overlay(open(" in out
+    for config, name in (("genai_config.json", "fp32"), ("tuned_genai_config.json", "tuned")):
+        written = json.loads((tmp_path / "out" / config).read_text())
+        assert written == {
+            "model": {"decoder": {"filename": f"{name}_model.onnx"}, "type": "llama"}
+        }
+    for folder in ("fp32", "tuned"):  # the sources' configs unchanged
+        source = json.loads((tmp_path / folder / "genai_config.json").read_text())
+        assert source["model"]["decoder"]["filename"] == "model.onnx"
     for src, name, exp in zip(srcs, ("fp32_model.onnx", "tuned_model.onnx"), expected):
         dst = tmp_path / "out" / name
         assert read_back(dst) == exp

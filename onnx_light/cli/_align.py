@@ -15,6 +15,7 @@ from ._args import (
     size_arg,
     with_progress,
 )
+from ._files import add_with_files_flag, exporter_files, output_notes, own_folder
 from ._text import aligned, left_over, plural, printable
 
 __all__ = ["add_parser"]
@@ -30,6 +31,7 @@ def cmd_align(args: argparse.Namespace) -> int:
     Returns:
         The exit code, 0.
     """
+    extra = [] if own_folder(args.src, args.dst) else exporter_files([args.src])
     result, elapsed = with_progress(
         args,
         f"align {os.path.basename(args.src)}",
@@ -38,12 +40,15 @@ def cmd_align(args: argparse.Namespace) -> int:
             args.dst,
             args.weights,
             options=options,
+            with_files=extra if args.with_files else (),
             inline_below=args.inline_below,
             rewrite=args.rewrite,
         ),
     )
     if not args.quiet:
         print(_align_summary(args, result, elapsed))
+        for line in output_notes(args, extra, result):
+            print(line)
     return 0
 
 
@@ -127,5 +132,6 @@ def add_parser(sub) -> None:
         help="in place, write the files again even when they already are as this align would "
         "write them (by default nothing is written then)",
     )
+    add_with_files_flag(p, "when DST is in another folder")
     add_write_flags(p, "model")
     p.set_defaults(func=cmd_align)

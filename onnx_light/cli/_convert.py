@@ -9,6 +9,7 @@ from onnx_light._progress import human, rate
 from onnx_light.onnx import ConvertResult, convert_float_to_float16
 
 from ._args import add_layout_flags, add_write_flags, limit_arg, output_arg, with_progress
+from ._files import add_with_files_flag, exporter_files, output_notes, own_folder
 from ._text import aligned, left_over, plural, printable
 
 __all__ = ["add_parser"]
@@ -51,6 +52,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     Returns:
         The exit code, 0.
     """
+    extra = [] if own_folder(args.src, args.dst) else exporter_files([args.src])
     result, elapsed = with_progress(
         args,
         f"convert {os.path.basename(args.src)}",
@@ -64,10 +66,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
             min_positive_val=args.min_positive_val,
             max_finite_val=args.max_finite_val,
             options=options,
+            with_files=extra if args.with_files else (),
         ),
     )
     if not args.quiet:
         print(_summary(args, result, elapsed))
+        for line in output_notes(args, extra, result):
+            print(line)
     return 0
 
 
@@ -151,5 +156,6 @@ def add_parser(sub) -> None:
         "ones stay in DST; external ones stay external (default: 1024)",
         shard_example="model-00001-of-00003.onnx.data",
     )
+    add_with_files_flag(p, "when DST is in another folder")
     add_write_flags(p, "model")
     p.set_defaults(func=cmd_convert)

@@ -13,6 +13,7 @@ from ._args import (
     add_write_flags,
     with_progress,
 )
+from ._files import IN_OWN_FOLDER, add_with_files_flag, exporter_files, files_notes
 from ._text import aligned, left_over, percent, plural, printable
 
 __all__ = ["add_parser"]
@@ -37,7 +38,7 @@ def cmd_dedup(args: argparse.Namespace) -> int:
             by name, before anything is written.
     """
     srcs, dsts = args.sources, _dedup_destinations(args)
-    extra = _exporter_files(srcs) if args.out else []
+    extra = exporter_files(srcs) if args.out else []
     weights = args.weights  # None: the library's default (in place, the name already used)
     label = os.path.basename(srcs[0]) if len(srcs) == 1 else f"{len(srcs)} models"
     result, elapsed = with_progress(
@@ -55,7 +56,7 @@ def cmd_dedup(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(_dedup_summary(args, result, len(srcs), elapsed))
         for line in _out_notes(args, dsts, extra, result):
-            print(printable(line))
+            print(line)
     return 0
 
 
@@ -64,7 +65,6 @@ def _out_notes(
 ) -> list[str]:
     """What ``dedup --out`` named otherwise, and the exporter's files: copied, or not."""
     lines = []
-    copied = [os.path.basename(p) for p in result.files_copied]
     renamed = [
         f"{printable(s)} -> {printable(os.path.basename(d))}"
         for s, d in zip(args.sources, dsts, strict=True)
@@ -72,20 +72,10 @@ def _out_notes(
     ]
     if renamed:
         lines.append(f"written as: {', '.join(renamed)}")
-    if copied:
-        lines.append(f"copied beside them: {', '.join(printable(n) for n in copied)}")
-    elif extra and not args.with_files:
-        names = list(dict.fromkeys(os.path.basename(p) for p in extra))
-        shown = ", ".join(printable(n) for n in names[:3])
-        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-        lines.append(
-            f"the sources' folder also holds {shown}{more}, which loaders such as optimum's "
-            "ORTModel and onnxruntime-genai read beside the models: --with-files copies them"
-        )
-    for path, first in result.files_left:
-        target = os.path.join(args.out, os.path.basename(path))
-        lines.append(f"not copied: {path} ({target} holds the copy of {first})")
-    return lines
+    if args.in_place:
+        return [IN_OWN_FOLDER] if args.with_files else []
+    folder = args.out or os.path.dirname(dsts[0])
+    return lines + files_notes(args.with_files, extra, result, folder)
 
 
 def _dedup_destinations(args: argparse.Namespace) -> list[str]:
@@ -158,24 +148,6 @@ def _output_names(sources: list[str], given: list[str] | None) -> list[str]:
             )
         seen[name] = src
     return names
-
-
-EXPORTER_FILES = (".json", ".txt", ".model", ".tiktoken", ".jinja")  # configs, tokenizers
-
-
-def _exporter_files(sources: list[str]) -> list[str]:
-    """The exporter's other files beside the sources (config.json, generation_config.json,
-    tokenizer files, genai_config.json...): what a loader reads beside the models; never a
-    model or a weights file. Every folder's, in the sources' order. Every entry of those
-    names, whatever it is: one that is no regular file (a FIFO, a folder, a dangling link,
-    a link to a device) is refused by the library, by name, before anything is written,
-    never silently left out of the copy."""
-    found = []
-    for folder in dict.fromkeys(os.path.dirname(os.path.abspath(s)) for s in sources):
-        for name in sorted(os.listdir(folder)):
-            if name.endswith(EXPORTER_FILES):
-                found.append(os.path.join(folder, name))
-    return found
 
 
 def _dedup_summary(
@@ -265,17 +237,7 @@ def add_parser(sub) -> None:
         "(default: each source's file name; when two share one, as onnxruntime-genai's "
         "folders do, FOLDER_FILE: int4_model.onnx for int4/model.onnx)",
     )
-    p.add_argument(
-        "--with-files",
-        action="store_true",
-        help="with --out: copy the exporter's other files (config.json, generation_config.json, "
-        "tokenizer files, genai_config.json: *.json, *.txt, *.model, *.tiktoken, *.jinja) "
-        "beside the models, never a model or weights file, with the models (an error leaves "
-        "none of them; a file of that name in DIR is replaced). A file is copied only when, "
-        "links resolved, it lies in its model's folder or in the folder of the model file's "
-        "real path (a Hugging Face snapshot's blobs/), as the models' data files: any other "
-        "link is refused by name and nothing is written",
-    )
+    add_with_files_flag(p, "with --out")
     where.add_argument(
         "--in-place",
         action="store_true",

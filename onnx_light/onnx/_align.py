@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from ._commit.targets import destination_path, overwrite_hint
 from ._options import WriteOptions, check_options, check_size_threshold
@@ -45,6 +46,13 @@ class AlignResult(WriteResult):
         rewritten: False when an in-place call found the files already as it
             would write them, and wrote nothing (see ``rewrite``): then
             ``bytes_written`` is 0 and ``weights_paths`` lists the files found.
+        files_copied: the files of ``with_files`` copied beside the model
+            (their destinations).
+        files_left: the files of ``with_files`` left out, as ``(file, the
+            file copied under its name)``.
+        files_rewritten: ``{copied config: {old model name: new name}}``:
+            a ``genai_config.json`` copy made to name the model written under
+            a new name.
 
     .. versionadded:: 0.1
     """
@@ -55,6 +63,9 @@ class AlignResult(WriteResult):
     inlined: int = 0
     threshold: int | None = None
     rewritten: bool = True
+    files_copied: list[str] = field(default_factory=list)
+    files_left: list[tuple[str, str]] = field(default_factory=list)
+    files_rewritten: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def align_external_data_streaming(
@@ -67,6 +78,7 @@ def align_external_data_streaming(
     options: WriteOptions | None = None,
     inline_below: int | None = None,
     rewrite: bool = False,
+    with_files: Sequence[str | os.PathLike] = (),
 ) -> AlignResult:
     """Rewrite a model with every external tensor at an aligned offset, streaming its bytes.
 
@@ -118,6 +130,22 @@ def align_external_data_streaming(
             this call would write them (the same names, offsets, lengths
             and file sizes). False (default): then nothing is written, and
             the result says ``rewritten=False``.
+        with_files: files of the source's folder to copy beside the new
+            model, each under its own name (an exporter's ``config.json``,
+            ``generation_config.json``, tokenizer files, ``genai_config.json``),
+            in the same commit, under
+            :func:`~onnx_light.onnx.deduplicate_external_data`'s rules: a
+            folder, the source model or a weights file it reads is refused,
+            and so is a file that, once links are resolved, lies outside the
+            model's folder (or the folder of the model file's real path: a
+            Hugging Face snapshot's ``blobs/``), or is not a regular file
+            with a single hard link, before anything is written; a file of
+            that name in the destination folder is replaced; a full disk
+            leaves none of them under its final name. A file whose
+            destination is itself (the destination folder is the source's)
+            is left as it is. A ``genai_config.json`` naming the model is
+            copied naming the new file when the model is written under
+            another name. Listed in ``files_copied`` (``files_rewritten``).
 
     Returns:
         An :class:`AlignResult`: an int, the bytes of the weights files
@@ -178,6 +206,7 @@ def align_external_data_streaming(
         threshold = options.size_threshold  # None: inline tensors stay (a single file aside)
         hint = overwrite_hint(src, dst)
         model = run.add_source(src, dst, threshold=threshold, inline_below=inline_below, hint=hint)
+        run.copy_files(with_files)
         weights = run.lay_out()
         run.check_targets()
         plan = model.plan

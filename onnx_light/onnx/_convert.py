@@ -43,6 +43,13 @@ class ConvertResult(WriteResult):
             above ``max_finite_val`` (from 65520 on, float16 would have made
             them infinite) or strictly between 0 and ``min_positive_val``
             (under about 2.98e-08, float16 would have made them 0).
+        files_copied: the files of ``with_files`` copied beside the model
+            (their destinations).
+        files_left: the files of ``with_files`` left out, as ``(file, the
+            file copied under its name)``.
+        files_rewritten: ``{copied config: {old model name: new name}}``:
+            a ``genai_config.json`` copy made to name the model written under
+            a new name.
 
     .. versionadded:: 0.1
     """
@@ -51,6 +58,9 @@ class ConvertResult(WriteResult):
     converted_inline: int = 0
     bytes_read: int = 0
     clipped: dict[str, int] = field(default_factory=dict)
+    files_copied: list[str] = field(default_factory=list)
+    files_left: list[tuple[str, str]] = field(default_factory=list)
+    files_rewritten: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def values_clipped(self) -> int:
@@ -102,6 +112,7 @@ def convert_float_to_float16(
     max_finite_val: float = 65504.0,
     force_fp16_initializers: bool = False,
     options: WriteOptions | None = None,
+    with_files: Sequence[str | os.PathLike] = (),
 ) -> ConvertResult:
     """Convert a model's float32 graph and weights to float16, streaming its weights.
 
@@ -154,6 +165,22 @@ def convert_float_to_float16(
             stays one file); external tensors stay external, whatever their
             size (the usual recipe's ``onnx.save`` writes those under 1024
             bytes inline).
+        with_files: files of the source's folder to copy beside the new
+            model, each under its own name (an exporter's ``config.json``,
+            ``generation_config.json``, tokenizer files, ``genai_config.json``),
+            in the same commit, under
+            :func:`~onnx_light.onnx.deduplicate_external_data`'s rules: a
+            folder, the source model or a weights file it reads is refused,
+            and so is a file that, once links are resolved, lies outside the
+            model's folder (or the folder of the model file's real path: a
+            Hugging Face snapshot's ``blobs/``), or is not a regular file
+            with a single hard link, before anything is written; a file of
+            that name in the destination folder is replaced; a full disk
+            leaves none of them under its final name. A file whose
+            destination is itself (the destination folder is the source's)
+            is left as it is. A ``genai_config.json`` naming the model is
+            copied naming the new file when the model is written under
+            another name. Listed in ``files_copied`` (``files_rewritten``).
 
     Returns:
         A :class:`ConvertResult`: an int, the bytes of the weights files
@@ -217,6 +244,7 @@ def convert_float_to_float16(
             hint=hint,
             source_size=source_size,
         )
+        run.copy_files(with_files)
         run.lay_out()
         run.check_targets()
         run.write()

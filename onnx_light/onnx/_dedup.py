@@ -27,9 +27,8 @@ from ._options import WriteOptions, check_options
 from ._pipeline import Model, Pipeline, WriteResult
 from ._plan.planner import Item
 from ._read.external import place
-from ._read.sources import identity, kernel_path
+from ._read.sources import kernel_path
 from ._system.memory import drop_by_default
-from ._write.companions import Companions
 
 __all__ = ["DedupResult", "deduplicate_external_data"]
 
@@ -59,6 +58,9 @@ class DedupResult(WriteResult):
         files_left: the files of ``with_files`` left out, as ``(file, the
             file copied under its name)``: another file of that name came
             first, with other bytes.
+        files_rewritten: ``{copied config: {old model name: new name}}``:
+            the ``genai_config.json`` copies made to name the models written
+            under new names.
 
     .. versionadded:: 0.1
     """
@@ -69,6 +71,7 @@ class DedupResult(WriteResult):
     transposed: list[tuple[tuple[str, str], tuple[str, str], int]] = field(default_factory=list)
     files_copied: list[str] = field(default_factory=list)
     files_left: list[tuple[str, str]] = field(default_factory=list)
+    files_rewritten: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def bytes_saved(self) -> int:
@@ -170,7 +173,14 @@ def deduplicate_external_data(
             whatever it holds. Of several files with one name, the first is
             copied (the others, when their bytes differ, are listed in
             ``DedupResult.files_left``); a file already at its destination
-            (the destination folder is its own) is left as it is.
+            (the destination folder is its own) is left as it is. A
+            ``genai_config.json`` whose folder's models are written under
+            other names (``fp32/model.onnx`` as ``fp32_model.onnx``) is
+            copied naming the new files (every ``filename`` entry that names
+            one; the rest as it was), one per folder: the first as
+            ``genai_config.json``, the others as
+            ``FOLDER_genai_config.json`` (listed in
+            ``DedupResult.files_rewritten``).
 
     Returns:
         A :class:`DedupResult`: bytes before and written, the groups of
@@ -215,9 +225,7 @@ def deduplicate_external_data(
         for src, dst in zip(srcs, dsts, strict=True):
             run.add_source(src, dst, threshold=run.threshold, hint=_hint(src, dst))
         items = run.items
-        companions = Companions.open(  # before any read
-            with_files, srcs, folder, run.files, dsts, _made_of(run.models)
-        )
+        run.copy_files(with_files)  # checked before any read
         reused = open_reused(reuse, folder, run.files)
         blobs = [blob_of(it) for it in items] + [r.blob for r in reused]
         report = _Phases(options.progress, comparison_estimate(blobs), sum(it.size for it in items))
@@ -229,10 +237,6 @@ def deduplicate_external_data(
         )
         weights = run.lay_out(found.to_write(items))
         _refuse_reused_targets(weights.paths, reused)
-        companions.refuse(weights.paths)
-        run.also_write(
-            companions, "leave it out of the files to copy, or write the models to another folder"
-        )
         run.check_targets()
         names = _names(run.models)
         transposed = find_transposed(items, found.item_class, names, run.files)
@@ -246,23 +250,7 @@ def deduplicate_external_data(
         bytes_reused=found.bytes_reused(items),
         groups=_groups(found.item_class, names),
         transposed=transposed,
-        files_copied=companions.targets,
-        files_left=companions.left,
     )
-
-
-def _made_of(models: list[Model]) -> dict[tuple[int, int], str]:
-    """The files the source models are made of, by identity: each model, and the
-    weights files it reads (what ``with_files`` never copies)."""
-    made_of: dict[tuple[int, int], str] = {}
-    for model in models:
-        name = shown(model.src)
-        for source in model.plan.sources:
-            made_of.setdefault(source.identity, f"a weights file of model {name}")
-        itself = identity(model.src)
-        if itself is not None:
-            made_of.setdefault(itself, f"the source model {name}")
-    return made_of
 
 
 def _hint(src: str, dst: str) -> str:

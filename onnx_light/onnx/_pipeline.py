@@ -23,6 +23,13 @@ converter) is a short recipe over one :class:`Pipeline`, whose settings are one
 A writer adds only its own step between them: dedup's content comparison,
 the converter's graph pass and casts, align's "already as written" shortcut,
 ``save_edited``'s retype detection.
+
+A writer whose destination may be another folder brings the exporter's other
+files (``with_files``) in one line, once its models are added:
+``run.copy_files(with_files)`` (:meth:`Pipeline.copy_files`); the pipeline
+checks them before anything is read, commits them with the models, and its
+result fills the verb's ``files_copied``, ``files_left`` and
+``files_rewritten``.
 """
 
 from __future__ import annotations
@@ -44,8 +51,9 @@ from ._plan.serialize import Spliced, strip_raw_data
 from ._plan.source_plan import KEEP_HINT, plan_in_memory, plan_model
 from ._read.external import TensorRef, place
 from ._read.scan import PROTOBUF_LIMIT, model_files, ref_key, scan_model
-from ._read.sources import SourceFiles
+from ._read.sources import SourceFiles, identity
 from ._system.gc import paused_gc
+from ._write.companions import Companions
 from ._write.convert import converted_bytes
 from ._write.finish import finish
 from ._write.shards import WeightsFiles, kept_weights
@@ -56,6 +64,7 @@ __all__ = ["ONNX_SAVE_THRESHOLD", "Model", "Pipeline", "WriteResult"]
 ONNX_SAVE_THRESHOLD = 1024  # the size threshold when the settings leave it to the writer
 SHARED_WEIGHTS = "weights.data"  # the default name of the file several models share
 SAVE_HINT = "save elsewhere, or re-align in place with align_external_data_streaming(src, src, ...)"
+FILES_HINT = "leave it out of the files to copy, or write the models to another folder"
 
 
 @dataclass(frozen=True, eq=False, repr=False, kw_only=True)
@@ -177,6 +186,7 @@ class Pipeline:
         self.models: list[Model] = []
         self.weights: WeightsFiles | None = None
         self.others: list[tuple[object, str]] = []  # other files the commit writes, their hint
+        self.companions: Companions | None = None  # with_files, once copy_files is called
         self.written = 0
         self.unreferenced: list[str] = []
         self.removed: list[str] = []
@@ -283,6 +293,59 @@ class Pipeline:
         """Every model's tensors for the weights files, in order."""
         return [item for model in self.models for item in model.plan.items]
 
+    def copy_files(self, with_files: Sequence[str | os.PathLike]) -> Companions:
+        """Copy ``with_files`` (an exporter's config and tokenizer files) beside the
+        models, in the commit: the one way every writer brings them.
+
+        Call it once the models are added, before anything is read: each file is
+        checked and opened now (:meth:`Companions.open
+        <onnx_light.onnx._write.companions.Companions.open>`: never a source
+        model or a weights file it reads, never a file from outside a source
+        model's folder, nothing that is not a regular file), refused over a
+        weights file when the targets are checked, written with the models;
+        a ``genai_config.json`` of a folder whose models the call renames names
+        the new files. :meth:`result` then fills ``files_copied``,
+        ``files_left`` and ``files_rewritten``.
+
+        Raises:
+            TypeError, ValueError, FileNotFoundError, ExternalDataError: a file
+                refused, by name (see :meth:`Companions.open
+                <onnx_light.onnx._write.companions.Companions.open>`).
+        """
+        sources = [m.src for m in self.models if m.src is not None]
+        renames: dict[str, dict[str, str]] = {}
+        for model in self.models:
+            if model.src is not None:
+                old, new = os.path.basename(model.src), os.path.basename(model.dst)
+                if old != new:
+                    renames.setdefault(os.path.dirname(model.src), {})[old] = new
+        self.companions = Companions.open(
+            with_files,
+            sources,
+            os.path.dirname(self.dsts[0]),
+            self.files,
+            self.dsts,
+            self._made_of(),
+            renames,
+        )
+        self.also_write(self.companions, FILES_HINT)
+        return self.companions
+
+    def _made_of(self) -> dict[tuple[int, int], str]:
+        """The files the source models are made of, by identity: each model, and the
+        weights files it reads (what ``with_files`` never copies)."""
+        made_of: dict[tuple[int, int], str] = {}
+        for model in self.models:
+            if model.src is None:
+                continue
+            name = shown(model.src)
+            itself = identity(model.src)  # a source of its own inline bytes, too
+            if itself is not None:
+                made_of.setdefault(itself, f"the source model {name}")
+            for source in model.plan.sources:
+                made_of.setdefault(source.identity, f"a weights file of model {name}")
+        return made_of
+
     # -- 2. the layout ---------------------------------------------------------------
 
     def lay_out(self, items: list[Item] | None = None) -> WeightsFiles | None:
@@ -383,6 +446,8 @@ class Pipeline:
                     replaceable=lambda model=model: self._own_files(model),
                     hint=model.hint,
                 )
+        if self.companions is not None:  # never over a weights file the call writes
+            self.companions.refuse(paths)
         for other, hint in self.others:
             check_targets(other.targets, self.files, model=self.dsts, hint=hint)
 
@@ -495,5 +560,9 @@ class Pipeline:
             "unreferenced": list(self.unreferenced),
             "removed": list(self.removed),
         }
+        if self.companions is not None:
+            values["files_copied"] = self.companions.targets
+            values["files_left"] = list(self.companions.left)
+            values["files_rewritten"] = dict(self.companions.rewritten)
         values.update(extras)
         return cls(**values)

@@ -29,7 +29,17 @@ own name, in its own commit:
   and listed when their bytes differ (sizes, then bytes compared chunk by
   chunk from the descriptors opened when they were checked);
 - a file whose destination is the file itself (the destination folder is its
-  own) is already there: nothing is copied.
+  own) is already there: nothing is copied;
+- onnxruntime-genai's ``genai_config.json`` names the model files it loads:
+  when the call writes a model of its folder under another name
+  (``fp32/model.onnx`` as ``fp32_model.onnx``), the copy names the new files
+  (:mod:`~onnx_light.onnx._write.genai_config`; its bytes read from the
+  checked descriptor before anything is written, the new ones written to the
+  temporary file as a copy's are). Each folder's config then names its own
+  models: the first is copied as ``genai_config.json`` (``og.Model(DIR)``
+  loads its models), the others as ``FOLDER_genai_config.json``, ``FOLDER``
+  their source folder's name (an overlay of the first:
+  ``og.Config(DIR).overlay(text)``).
 """
 
 from __future__ import annotations
@@ -43,8 +53,9 @@ from .._errors import shown
 from .._read.external import Resolver
 from .._read.sources import SourceFile, SourceFiles, identity, kernel_path
 from .._system.files import pread_exact
-from .copy import CopyEngine
+from .copy import CopyEngine, pwrite_all
 from .fs import copy_policy
+from .genai_config import GENAI_CONFIG, renamed_config
 
 __all__ = ["Companions"]
 
@@ -58,11 +69,14 @@ OUTSIDE_FIX = (
 
 @dataclass(frozen=True)
 class _Copy:
-    """One file to copy: the path given, its checked and open source, its destination."""
+    """One file to copy: the path given, its checked and open source, its destination,
+    and its new bytes when the copy is not the file's own (a config naming renamed
+    models)."""
 
     path: str
     source: SourceFile
     target: str
+    data: bytes | None = None
 
 
 @dataclass
@@ -73,10 +87,13 @@ class Companions:
         copies: the files to copy, in the order given (one per name).
         left: the files left out, ``(file, the file copied under its name)``:
             another file of that name came first, with other bytes.
+        rewritten: ``{destination: {old name: new name}}``: the configs copied
+            naming the models the call renamed.
     """
 
     copies: list[_Copy] = field(default_factory=list)
     left: list[tuple[str, str]] = field(default_factory=list)
+    rewritten: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
     def open(
@@ -87,6 +104,7 @@ class Companions:
         files: SourceFiles,
         taken: Collection[str] = (),
         made_of: Mapping[tuple[int, int], str] | None = None,
+        renames: Mapping[str, Mapping[str, str]] | None = None,
     ) -> Companions:
         """Check and open every file of ``paths``.
 
@@ -100,6 +118,9 @@ class Companions:
             made_of: the files the source models are made of (the models
                 and the weights files they read), by identity, with what
                 each is ("a weights file of model 'a.onnx'"): never copied.
+            renames: ``{source folder: {model file name: its new name}}``:
+                the models the call writes under another name, which a
+                ``genai_config.json`` of that folder is made to name.
 
         Returns:
             The files to copy, and those left out.
@@ -107,8 +128,9 @@ class Companions:
         Raises:
             TypeError: ``paths`` is one path, not a list.
             ValueError: a file is a folder, is a model or a weights file of
-                the call's sources, is not in the folder of a source model, or
-                its destination is one the call writes otherwise.
+                the call's sources, is not in the folder of a source model, is
+                a ``genai_config.json`` naming a renamed model that is not
+                JSON, or its destination is one the call writes otherwise.
             FileNotFoundError: a file does not exist.
             ExternalDataError: a file resolves outside its model's folders,
                 is not a regular file or has several hard links.
@@ -121,6 +143,7 @@ class Companions:
         roots_of: dict[str, tuple[str, ...]] = {}
         firsts: dict[str, _Copy] = {}
         later: list[_Copy] = []
+        rewritten: dict[str, dict[str, str]] = {}
         for given in paths:
             path = kernel_path(given)
             if os.path.isdir(path):
@@ -163,13 +186,22 @@ class Companions:
                     "itself: leave it out"
                 )
             entry = _Copy(path, source, os.path.join(folder, name))
+            renamed = (renames or {}).get(home)
+            if name == GENAI_CONFIG and renamed:
+                entry, names = _renamed(entry, renamed, files)
+                if names and name in firsts:  # one config per folder: named after it
+                    name = f"{os.path.basename(home)}_{name}"
+                    entry = _Copy(path, source, os.path.join(folder, name), entry.data)
+                if names:
+                    rewritten[entry.target] = names
             if name in firsts:
                 later.append(entry)
             else:
                 firsts[name] = entry
         left = _differing(later, firsts, files)
         copies = [c for c in firsts.values() if identity(c.target) != c.source.identity]
-        found = cls(copies, left)
+        kept = {c.target for c in copies}
+        found = cls(copies, left, {t: n for t, n in rewritten.items() if t in kept})
         found.refuse(taken)
         return found
 
@@ -201,13 +233,29 @@ class Companions:
         """
         for c in self.copies:
             fd = out.create(c.target)
-            if c.source.size:
+            if c.data is not None:
+                pwrite_all(fd, c.data, 0)
+            elif c.source.size:
                 with (
                     files.lease(c.source) as src,
                     CopyEngine(chunk_size, policy=copy_policy(fd)) as engine,
                 ):
                     engine.copy(src, 0, fd, 0, c.source.size, f"copying {shown(c.path)}")
             out.finish(fd)
+
+
+def _renamed(
+    entry: _Copy, renames: Mapping[str, str], files: SourceFiles
+) -> tuple[_Copy, dict[str, str]]:
+    """``entry`` with the bytes of its config naming the renamed models, read from the
+    descriptor opened when it was checked (and the names replaced); as it is when its
+    config names none of them."""
+    with files.lease(entry.source) as fd:
+        data = pread_exact(fd, entry.source.size, 0, shown(entry.path))
+    found = renamed_config(data, renames, shown(entry.path))
+    if found is None:
+        return entry, {}
+    return _Copy(entry.path, entry.source, entry.target, found[0]), found[1]
 
 
 def _differing(
