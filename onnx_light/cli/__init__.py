@@ -1,18 +1,21 @@
 """The ``onnx-light`` command line (also ``python -m onnx_light``).
 
-Five verbs on model files::
+Six verbs on model files::
 
     onnx-light align SRC.onnx DST.onnx [--weights PATH] [--alignment 4096]
     onnx-light convert SRC.onnx DST.onnx --to float16 [--keep-io-types]
     onnx-light dedup SRC.onnx [SRC2.onnx ...] (--out DIR | --in-place) [--weights NAME]
     onnx-light info MODEL.onnx [MODEL2.onnx ...] [--json] [--twins]
+    onnx-light quantize SRC.onnx DST.onnx [--bits 4] [--block-size 128] [--symmetric]
     onnx-light verify MODEL.onnx [MODEL2.onnx ...]
 
 ``align`` streams the weights into one aligned file without loading them,
 ``convert`` converts a model to float16, its weights cast as they stream,
 ``dedup`` writes models that share one weights file, each distinct byte
-string once, ``info`` lists every tensor and where its bytes live (and the
-ranges several tensors read, within and across the models given),
+string once, ``quantize`` quantizes a model's weights to int4/int8 as they
+stream (as onnxruntime's quantizer does), ``info`` lists every tensor and
+where its bytes live (and the ranges several tensors read, within and
+across the models given),
 ``verify`` checks every external reference. Errors print one line,
 ``onnx-light: error: ...``, on stderr: exit code 1 for a failure, 2 for bad
 usage.
@@ -33,6 +36,7 @@ from ._convert import add_parser as add_convert
 from ._dedup import add_parser as add_dedup
 from ._info import add_parser as add_info
 from ._info import cmd_info
+from ._quantize import add_parser as add_quantize
 from ._text import PROG, printable
 from ._verify import add_parser as add_verify
 from ._verify import cmd_verify
@@ -49,20 +53,20 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``onnx-light`` argument parser, with its five subcommands.
+    """The ``onnx-light`` argument parser, with its six subcommands.
 
     Returns:
         An :class:`argparse.ArgumentParser`; each subcommand sets ``func``.
     """
     parser = _Parser(
         prog=PROG,
-        description="Inspect, check, re-align, deduplicate and convert ONNX models with "
+        description="Inspect, check, re-align, deduplicate, convert and quantize ONNX models with "
         "external data, without loading their weights in memory.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {onnx_light.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for add_parser in (add_align, add_convert, add_dedup, add_info, add_verify):
+    for add_parser in (add_align, add_convert, add_dedup, add_info, add_quantize, add_verify):
         add_parser(sub)
     return parser
 
