@@ -90,3 +90,25 @@ def test_unknown_node_exits_1_naming_it(tmp_path, capsys):
     assert_clean_failure(code, err)
     assert "does not have: 'mm9'" in err
     assert folder_digest(tmp_path) == before
+
+
+def test_with_files_copies_the_exporter_files(tmp_path, capsys):
+    """--with-files: the source folder's config and tokenizer files beside the new model
+    (same bytes), named in the summary; the source folder unchanged."""
+    os.mkdir(tmp_path / "export")
+    src = _mlp(tmp_path / "export")
+    files = {"config.json": '{"model_type": "llama"}', "tokenizer.json": '{"version": "1.0"}'}
+    for name, text in files.items():
+        (tmp_path / "export" / name).write_text(text)
+    before = folder_digest(tmp_path / "export")
+    os.mkdir(tmp_path / "out")
+    code, out, err = run_cli(capsys, "quantize", src, tmp_path / "out" / "q.onnx", "--with-files")
+    assert code == 0, err
+    assert "copied beside it: config.json, tokenizer.json" in out
+    for name, text in files.items():
+        assert (tmp_path / "out" / name).read_text() == text
+    assert folder_digest(tmp_path / "export") == before
+    result = onnxl.quantize_weights(
+        src, str(tmp_path / "out" / "api.onnx"), with_files=[tmp_path / "export" / "config.json"]
+    )
+    assert result.files_copied == [str(tmp_path / "out" / "config.json")]

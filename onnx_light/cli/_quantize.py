@@ -9,6 +9,7 @@ from onnx_light._progress import human, rate
 from onnx_light.onnx import QuantizeResult, quantize_weights
 
 from ._args import add_layout_flags, add_write_flags, output_arg, with_progress
+from ._files import add_with_files_flag, exporter_files, output_notes, own_folder
 from ._text import aligned, left_over, plural, printable
 
 __all__ = ["add_parser"]
@@ -48,6 +49,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     Returns:
         The exit code, 0.
     """
+    extra = [] if own_folder(args.src, args.dst) else exporter_files([args.src])
     result, elapsed = with_progress(
         args,
         f"quantize {os.path.basename(args.src)}",
@@ -62,10 +64,13 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             nodes_to_exclude=args.exclude,
             op_types=args.op_types,
             options=options,
+            with_files=extra if args.with_files else (),
         ),
     )
     if not args.quiet:
         print(_summary(args, result, elapsed))
+        for line in output_notes(args, extra, result):
+            print(line)
     return 0
 
 
@@ -150,5 +155,6 @@ def add_parser(sub) -> None:
         "ones stay in DST (default: 1024)",
         shard_example="model-00001-of-00003.onnx.data",
     )
+    add_with_files_flag(p, "when DST is in another folder")
     add_write_flags(p, "model")
     p.set_defaults(func=cmd_quantize)

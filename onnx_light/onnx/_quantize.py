@@ -39,6 +39,13 @@ class QuantizeResult(WriteResult):
         weights: the weights quantized (a weight read by two nodes once).
         bytes_read: bytes of the source's weights read (those quantized and
             those copied as they are).
+        files_copied: the files of ``with_files`` copied beside the model
+            (their destinations).
+        files_left: the files of ``with_files`` left out, as ``(file, the
+            file copied under its name)``.
+        files_rewritten: ``{copied config: {old model name: new name}}``:
+            a ``genai_config.json`` copy made to name the model written under
+            a new name.
 
     .. versionadded:: 0.1
     """
@@ -47,6 +54,9 @@ class QuantizeResult(WriteResult):
     skipped: dict[str, str] = field(default_factory=dict)
     weights: int = 0
     bytes_read: int = 0
+    files_copied: list[str] = field(default_factory=list)
+    files_left: list[tuple[str, str]] = field(default_factory=list)
+    files_rewritten: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def quantize_weights(
@@ -61,6 +71,7 @@ def quantize_weights(
     nodes_to_exclude: Sequence[str] = (),
     op_types: Sequence[str] = ("MatMul",),
     options: WriteOptions | None = None,
+    with_files: Sequence[str | os.PathLike] = (),
 ) -> QuantizeResult:
     """Quantize a model's MatMul weights to 4 or 8 bits, streaming them.
 
@@ -107,6 +118,11 @@ def quantize_weights(
         options: the :class:`~onnx_light.onnx.WriteOptions` of the new
             weights (alignment, size threshold, shards, chunk size, durable,
             pruning of the old files in place, progress); None: the defaults.
+        with_files: files of the source's folder to copy beside the new
+            model (an exporter's ``config.json``, tokenizer files,
+            ``genai_config.json``), in the same commit, under
+            :func:`~onnx_light.onnx.convert_float_to_float16`'s rules (the
+            same argument there): listed in ``files_copied``.
 
     Returns:
         A :class:`QuantizeResult`: an int, the bytes of the weights files
@@ -168,6 +184,7 @@ def quantize_weights(
             own=True,
             hint=overwrite_hint(src, dst, "quantize"),
         )
+        run.copy_files(with_files)
         run.lay_out()
         run.check_targets()
         run.write()
