@@ -253,6 +253,58 @@ def test_subgraphs(tmp_path, bits, symmetric):
     _run(dst, {**feeds, "cond": np.array(False)})  # the other branch runs too
 
 
+def _batched_model(folder) -> str:
+    """MatMuls whose B has unit leading dims ([1, K, N], [1, 1, K, N]) under an A of
+    rank 2 (onnxruntime reshapes the output), of rank 3 (it does not) and of no known
+    rank; and one with a batch of 2 (left)."""
+    rng = np.random.default_rng(8)
+
+    def w(name, *shape):
+        return onh.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [
+        oh.make_node("MatMul", ["X2", "B3"], ["Y1"], name="rank2"),
+        oh.make_node("MatMul", ["X3", "B4"], ["Y2"], name="rank3"),
+        oh.make_node("MatMul", ["X3", "B3"], ["Y3"]),  # unnamed, rank 3 >= 3: no reshape
+        oh.make_node("Identity", ["X2"], ["X2u"], name="id"),  # a rank nobody declares
+        oh.make_node("MatMul", ["X2u", "B3"], ["Y4"], name="unknown"),
+        oh.make_node("MatMul", ["X3", "Bb"], ["Y5"], name="batch"),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [
+            oh.make_tensor_value_info("X2", F, [3, 64]),
+            oh.make_tensor_value_info("X3", F, [2, 3, 64]),
+        ],
+        [
+            oh.make_tensor_value_info(f"Y{i}", F, shape)
+            for i, shape in enumerate(
+                [[1, 3, 32], [1, 2, 3, 32], [2, 3, 32], [1, 3, 32], [2, 3, 32]], 1
+            )
+        ],
+        [w("B3", 1, 64, 32), w("B4", 1, 1, 64, 32), w("Bb", 2, 64, 32)],
+    )
+    model = for_onnxruntime(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]))
+    path = os.path.join(folder, "batched.onnx")
+    onnx.save(model, path, save_as_external_data=True, location="b.data", size_threshold=0)
+    return path
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_unit_leading_dims_as_onnxruntime(tmp_path, bits):
+    """A B of [1, K, N] or [1, 1, K, N] is quantized as [K, N], the output reshaped as
+    onnxruntime reshapes it (its chain of nodes and constants, under its names)."""
+    src = _batched_model(tmp_path)
+    ours, theirs = _settings(bits, 32, False)
+    dst = str(tmp_path / "q.onnx")
+    result = onnxl.quantize_weights(src, dst, **ours)
+    assert result.skipped == {"batch": "its B 'Bb' has batch dims [2] (not all 1)"}
+    _same_as_onnxruntime(dst, _theirs(src, **theirs))
+    ops = [n.op_type for n in onnx.load(dst).graph.node]
+    assert ops.count("MatMulNBits") == 4 and ops.count("Reshape") > 3
+
+
 def _gather_model(folder, dtype, vocab=50, hidden=96) -> str:
     rng = np.random.default_rng(3)
     table = rng.standard_normal((vocab, hidden)).astype(NP[dtype])

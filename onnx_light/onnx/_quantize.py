@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ._commit.targets import destination_path, overwrite_hint
-from ._graph.quantize import check_settings, quantize_graph
+from ._graph.quantize import check_settings, part_key, quantize_graph
 from ._options import WriteOptions, check_options
 from ._pipeline import Pipeline, WriteResult
 from ._read.sources import kernel_path
-from ._read.tensors import Cast, iter_tensors
+from ._read.tensors import Cast, is_external, iter_tensors
 
 __all__ = ["QuantizeResult", "quantize_weights"]
 
@@ -169,11 +169,11 @@ def quantize_weights(
     with Pipeline(options, [dst], dst_weights_path) as run:
         model = run.scan(src, run.threshold)
         graph = quantize_graph(model, settings, src)
-        casts = {
-            site.path: Cast(graph.parts[id(site.tensor)], site)
-            for site in iter_tensors(model)
-            if id(site.tensor) in graph.parts
-        }
+        casts = {}
+        for site in iter_tensors(model):
+            part = graph.parts.get(part_key(site.tensor)) if is_external(site.tensor) else None
+            if part is not None:
+                casts[site.path] = Cast(part, site)
         run.add_model(
             model,
             dst,

@@ -44,8 +44,16 @@ from .._dtypes import FLOAT, FLOAT16, dtype_name
 from .._errors import shown
 from .._read.tensors import is_external
 from .._write.quantize import Quantization, QuantPart, quantize
+from .nbits_reshape import output_reshape, static_rank
 
-__all__ = ["OP_TYPES", "QuantizedGraph", "Settings", "check_settings", "quantize_graph"]
+__all__ = [
+    "OP_TYPES",
+    "QuantizedGraph",
+    "Settings",
+    "check_settings",
+    "part_key",
+    "quantize_graph",
+]
 
 OP_TYPES = ("MatMul", "Gemm", "Gather")
 MS_DOMAIN = "com.microsoft"
@@ -128,17 +136,15 @@ class QuantizedGraph:
     """What :func:`quantize_graph` changed.
 
     Attributes:
-        parts: ``{id(new tensor): QuantPart}``: the new tensors that are
-            references to a weight's bytes, quantized by the writer.
-        tensors: those tensors, kept alive (their ids stay theirs).
+        parts: ``{part_key(new tensor): QuantPart}``: the new tensors that
+            are references to a weight's bytes, quantized by the writer.
         quantized: the nodes replaced, by name (``op_type #i in graph``
             when unnamed), with the weight each reads.
         skipped: nodes of the op types left as they are, with the reason.
         inline: weights quantized in memory (small ones held in the model).
     """
 
-    parts: dict[int, QuantPart] = field(default_factory=dict)
-    tensors: list[onnx.TensorProto] = field(default_factory=list)
+    parts: dict[tuple, QuantPart] = field(default_factory=dict)
     quantized: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     inline: int = 0
@@ -148,7 +154,10 @@ class _Pass:
     def __init__(self, model: onnx.ModelProto, settings: Settings, src: str) -> None:
         self.model, self.settings, self.src = model, settings, src
         self.result = QuantizedGraph()
-        self.pending: dict[tuple, tuple] = {}  # (id(weight), transposed) -> what to make
+        # what to append to the initializers, in onnxruntime's order: a weight's parts
+        # ((id(weight), transposed) -> ...) after its last reader's, a reshape's constants
+        self.pending: dict[tuple, tuple] = {}
+        self.inserts: list[tuple[onnx.GraphProto, dict[int, list]]] = []  # children first
         self.replaced: list[tuple[onnx.GraphProto, onnx.TensorProto]] = []
         self.gather = False
 
@@ -159,6 +168,7 @@ class _Pass:
 
     def visit(self, stack: list[onnx.GraphProto]) -> None:
         graph = stack[-1]
+        after: dict[int, list] = {}  # nodes that follow a replaced node, by its index
         for index, node in enumerate(graph.node):
             for attribute in node.attribute:  # onnxruntime's order: subgraphs first
                 for sub in [attribute.g] if attribute.HasField("g") else attribute.graphs:
@@ -170,8 +180,12 @@ class _Pass:
                 self.result.skipped[label] = "in nodes_to_exclude"
                 continue
             why = getattr(self, "_" + node.op_type.lower())(node, stack, label)
-            if why:
+            if isinstance(why, list):
+                after[index] = why
+            elif why:
                 self.result.skipped[label] = why
+        if after:
+            self.inserts.append((graph, after))
 
     def find(self, name: str, stack: list[onnx.GraphProto]):
         """The initializer ``name`` seen from the innermost graph, and its graph."""
@@ -206,7 +220,7 @@ class _Pass:
         suffix = {"B": f"_Q{q.bits}", "data": "_Q4", "scales": "_scales"}
         names = [base + suffix.get(part, "_" + part) for part in q.outputs()]
         self.pending.pop(key, None)
-        self.pending[key] = (weight, graph, q, names)
+        self.pending[key] = ("weight", weight, graph, q, names)
         _drop_input(graph, weight.name)
         if all(w is not weight for _, w in self.replaced):
             self.replaced.append((graph, weight))
@@ -228,10 +242,9 @@ class _Pass:
             if values is None:
                 tensor.data_location = onnx.TensorProto.EXTERNAL
                 tensor.external_data.extend(weight.external_data)
-                self.result.parts[id(tensor)] = QuantPart(q, part)
+                self.result.parts[part_key(tensor)] = QuantPart(q, part)
             else:
                 tensor.raw_data = np.ascontiguousarray(values[part]).tobytes()
-            self.result.tensors.append(tensor)
 
     def _matmul(self, node, stack, label: str) -> str | None:
         weight, graph, why = self.weight(node, 1, stack, label, "B")
@@ -240,14 +253,22 @@ class _Pass:
         dims = list(weight.dims)
         if len(dims) < 2:
             return f"its B {weight.name!r} has fewer than 2 dims"
-        if len(dims) > 2:
-            return (
-                f"its B {weight.name!r} has {len(dims)} dims {dims} (only 2-D weights are "
-                "quantized here)"
-            )
+        if any(d != 1 for d in dims[:-2]):
+            return f"its B {weight.name!r} has batch dims {dims[:-2]} (not all 1)"
         self.refuse_dtype(weight, label, "MatMul")
-        self.replace(node, stack, label, weight, graph, dims, transposed=False, bias=None)
-        return None
+        self.replace(node, stack, label, weight, graph, dims[-2:], transposed=False, bias=None)
+        if len(dims) == 2:
+            return None
+        rank = static_rank(node.input[0], stack)  # MatMulNBits gives A's rank
+        if rank is not None and rank >= len(dims):
+            return None
+        output = node.output[0]
+        pre = output + "_pre_reshape"
+        node.output[0] = pre
+        prefix = node.name or weight.name + f"_Q{self.settings.bits}"
+        inits, nodes = output_reshape(node.input[0], dims, prefix, pre, output)
+        self.pending[("reshape", id(node))] = ("constants", inits, graph)
+        return nodes
 
     def _gemm(self, node, stack, label: str) -> str | None:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -339,8 +360,11 @@ class _Pass:
     def finish(self) -> None:
         """Remove the weights no node reads any more; import the domain (and, for int4
         tables, the opset and IR version they need)."""
-        for weight, graph, q, names in self.pending.values():
-            self.make(weight, graph, q, names)
+        for entry in self.pending.values():
+            if entry[0] == "weight":
+                self.make(*entry[1:])
+            else:
+                entry[2].initializer.extend(entry[1])
         read = set()
         _reads(self.model.graph, read)
         for graph, weight in self.replaced:
@@ -350,6 +374,14 @@ class _Pass:
                     if tensor is weight or tensor.name == weight.name and tensor == weight:
                         del graph.initializer[i]
                         break
+        for graph, after in self.inserts:  # innermost first: copies carry their changes
+            nodes = []
+            for index, node in enumerate(graph.node):
+                kept = onnx.NodeProto()
+                kept.CopyFrom(node)  # the list is cleared next
+                nodes += [kept, *after.get(index, ())]
+            graph.ClearField("node")
+            graph.node.extend(nodes)
         if not self.result.quantized:
             return
         _set_opset(self.model, MS_DOMAIN, 1)
@@ -358,6 +390,12 @@ class _Pass:
                 if opset.domain in ("", "ai.onnx") and opset.version < 21:
                     opset.version = 21
             self.model.ir_version = max(self.model.ir_version, 10)
+
+
+def part_key(tensor: onnx.TensorProto) -> tuple:
+    """A new tensor's key in :attr:`QuantizedGraph.parts`: its name and its reference
+    (node lists are rebuilt, so the objects are not the ones made)."""
+    return tensor.name, tuple((e.key, e.value) for e in tensor.external_data)
 
 
 def _reads(graph: onnx.GraphProto, read: set[str]) -> None:
