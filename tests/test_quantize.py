@@ -305,6 +305,43 @@ def test_unit_leading_dims_as_onnxruntime(tmp_path, bits):
     assert ops.count("MatMulNBits") == 4 and ops.count("Reshape") > 3
 
 
+def test_bfloat16_weights_as_onnxruntime(tmp_path):
+    """A bfloat16 weight is quantized in float32, its scales rounded to bfloat16 after,
+    as onnxruntime's quantizer does (no CPU kernel runs it: nodes and bytes compared)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(9)
+    inits = [
+        onh.from_array(rng.standard_normal(shape).astype(ml_dtypes.bfloat16), name)
+        for name, shape in (("Wb", (96, 40)), ("Ws", (16, 8)))
+    ]
+    bf = onnx.TensorProto.BFLOAT16
+    graph = oh.make_graph(
+        [
+            oh.make_node("MatMul", ["X", "Wb"], ["Y"], name="mm"),
+            oh.make_node("MatMul", ["Z", "Ws"], ["V"], name="small"),
+        ],
+        "g",
+        [oh.make_tensor_value_info("X", bf, [2, 96]), oh.make_tensor_value_info("Z", bf, [2, 16])],
+        [oh.make_tensor_value_info("Y", bf, [2, 40]), oh.make_tensor_value_info("V", bf, [2, 8])],
+        inits,
+    )
+    src = str(tmp_path / "bf.onnx")
+    onnx.save(
+        oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]),
+        src,
+        save_as_external_data=True,
+        size_threshold=1024,
+    )
+    for bits, symmetric in ((4, False), (8, True)):
+        ours, theirs = _settings(bits, 32, symmetric)
+        dst = str(tmp_path / f"q{bits}.onnx")
+        onnxl.quantize_weights(src, dst, **ours)
+        onnx.checker.check_model(dst, full_check=True)
+        mine, their = onnx.load(dst), _theirs(src, **theirs)
+        assert _nodes(mine.graph) == _nodes(their.graph)
+        assert _inits(mine.graph) == _inits(their.graph)
+
+
 def _gather_model(folder, dtype, vocab=50, hidden=96) -> str:
     rng = np.random.default_rng(3)
     table = rng.standard_normal((vocab, hidden)).astype(NP[dtype])

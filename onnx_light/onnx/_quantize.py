@@ -78,8 +78,10 @@ def quantize_weights(
     The result is the model onnxruntime's ``MatMulNBitsQuantizer`` (its
     default algorithm, the same bits, block size, symmetry, accuracy level
     and exclusions; its defaults) makes of the model loaded with its weights:
-    each ``MatMul`` whose B is a 2-D float32 or float16 initializer becomes a
-    ``com.microsoft.MatMulNBits`` of the same name plus ``_Q4`` (``_Q8``),
+    each ``MatMul`` whose B is a float32, float16 or bfloat16 initializer of
+    2 dims (or more, the leading ones 1: the output is then reshaped as
+    there) becomes a ``com.microsoft.MatMulNBits`` of the same name plus
+    ``_Q4`` (``_Q8``),
     reading ``B_Q4``, ``B_scales`` and (asymmetric) ``B_zero_points``, whose
     bytes are those onnxruntime writes: the quantization is onnxruntime's own
     per-tensor function (``quantize_matmul_4bits`` / ``quantize_matmul_8bits``)
@@ -135,9 +137,9 @@ def quantize_weights(
         ValueError: bits not 4 or 8, a block size that is not a power of two
             of at least 16, an accuracy level outside 0 to 4, an unknown op
             type, a name of ``nodes_to_exclude`` that is no node of the model,
-            a weight to quantize that is not float32 or float16 (naming the
-            node and the weight), or a weights path outside the destination
-            folder; nothing is written then.
+            a weight to quantize that is not float32, float16 or bfloat16
+            (naming the node and the weight), or a weights path outside the
+            destination folder; nothing is written then.
         FileNotFoundError: the source model or a data file is missing.
         ExternalDataError: a reference is malformed, unsafe or out of range
             (naming the tensor and the file), or a destination is a file the

@@ -23,7 +23,7 @@ constant of N values becomes ``MatMulNBits`` with C as its bias (onnxruntime's
 quantizer leaves every Gemm as it is). What differs, and why each node was
 left, is reported: a B of 3 dims or more with unit leading dims (onnxruntime
 squeezes it and reshapes the output) is left here; a weight of a dtype other
-than float32 or float16 is refused (onnxruntime fails on it).
+than float32, float16 or bfloat16 is refused (onnxruntime fails on it).
 
 A weight in memory (a small one the scan kept inline) is quantized here; an
 external one becomes references to its bytes, each with a
@@ -40,7 +40,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .._dtypes import FLOAT, FLOAT16, dtype_name
+from .._dtypes import BFLOAT16, FLOAT, FLOAT16, dtype_name
 from .._errors import shown
 from .._read.tensors import is_external
 from .._write.quantize import Quantization, QuantPart, quantize
@@ -57,7 +57,8 @@ __all__ = [
 
 OP_TYPES = ("MatMul", "Gemm", "Gather")
 MS_DOMAIN = "com.microsoft"
-_WEIGHT_DTYPES = (FLOAT, FLOAT16)
+_WEIGHT_DTYPES = (FLOAT, FLOAT16, BFLOAT16)  # MatMul and Gemm; Gather: float32 and float16
+_TABLE_DTYPES = (FLOAT, FLOAT16)
 
 
 @dataclass(frozen=True)
@@ -207,8 +208,8 @@ class _Pass:
         if tensor.data_type not in _WEIGHT_DTYPES:
             raise ValueError(
                 f"{op} node {label!r} of {shown(self.src)} reads the weight {tensor.name!r} "
-                f"of dtype {dtype_name(tensor.data_type)}: only float32 and float16 weights "
-                "can be quantized; leave the node out with nodes_to_exclude"
+                f"of dtype {dtype_name(tensor.data_type)}: only float32, float16 and "
+                "bfloat16 weights can be quantized; leave the node out with nodes_to_exclude"
             )
 
     def new_tensors(self, weight, graph, q: Quantization, transposed: bool) -> list[str]:
@@ -232,6 +233,8 @@ class _Pass:
         values = None
         if not is_external(weight):  # small, in memory: quantized here
             array = numpy_helper.to_array(weight).reshape(q.shape[0], -1)
+            if weight.data_type == BFLOAT16:
+                array = array.view(np.uint16)  # its bits, as the writer reads them
             values = quantize(q, lambda first, count: array[first : first + count])
             self.result.inline += 1
         for name, (part, (dims, dtype)) in zip(names, q.outputs().items(), strict=True):
@@ -336,7 +339,7 @@ class _Pass:
         dims = list(weight.dims)
         if len(dims) < 2:
             return f"its data {weight.name!r} has {len(dims)} dims: no axis 1 to quantize"
-        if weight.data_type not in _WEIGHT_DTYPES:
+        if weight.data_type not in _TABLE_DTYPES:
             return f"its data {weight.name!r} is {dtype_name(weight.data_type)}, not a float weight"
         q = Quantization(
             "GatherBlockQuantized", weight.data_type, tuple(dims), 4, s.block_size, s.symmetric
@@ -437,7 +440,7 @@ def quantize_graph(model: onnx.ModelProto, settings: Settings, src: str) -> Quan
 
     Raises:
         ValueError: ``nodes_to_exclude`` names a node the model does not have,
-            or a weight to quantize is not float32 or float16 (naming the node,
+            or a weight to quantize is not float32, float16 or bfloat16 (naming the node,
             the weight and its dtype).
     """
     names: set[str] = set()

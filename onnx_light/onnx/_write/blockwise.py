@@ -27,7 +27,14 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["mlas_blockwise", "ort_blockwise", "quantize_columns", "quantize_gather_rows"]
+__all__ = [
+    "mlas_blockwise",
+    "ort_blockwise",
+    "quantize_columns",
+    "quantize_gather_rows",
+    "to_bfloat16",
+    "widen_bfloat16",
+]
 
 _FLT_MAX = np.float32(np.finfo(np.float32).max)
 
@@ -143,6 +150,22 @@ def quantize_columns(
     it is installed, else :func:`mlas_blockwise` (the same bytes)."""
     done = ort_blockwise(values, bits, block_size, symmetric)
     return done if done is not None else mlas_blockwise(values, bits, block_size, symmetric)
+
+
+def widen_bfloat16(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 values (their uint16 bits) as float32, exactly."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits (uint16), rounded to nearest even, NaN kept quiet: what
+    ``astype(ml_dtypes.bfloat16)`` gives onnxruntime's quantizer for a bfloat16
+    weight's scales (computed in float32)."""
+    bits = np.ascontiguousarray(values, np.float32).view(np.uint32)
+    rounded = ((bits + (((bits >> 16) & 1) + np.uint32(0x7FFF))) >> 16).astype(np.uint16)
+    nan = np.isnan(values)
+    rounded[nan] = ((bits[nan] >> 16) | 0x40).astype(np.uint16)
+    return rounded
 
 
 def _pack_int4(data: np.ndarray) -> np.ndarray:

@@ -20,20 +20,27 @@ from math import prod
 import numpy as np
 import onnx
 
-from .._dtypes import FLOAT, FLOAT16, ITEMSIZE, dtype_name
+from .._dtypes import BFLOAT16, FLOAT, FLOAT16, ITEMSIZE, dtype_name
 from .._errors import TruncatedFileError, shown
 from .._plan.planner import Item
 from .._read.sources import SourceFiles
 from .._system.files import read_upto
-from .blockwise import quantize_columns, quantize_gather_rows
+from .blockwise import quantize_columns, quantize_gather_rows, to_bfloat16, widen_bfloat16
 from .copy import pwrite_all
 
 __all__ = ["SLAB_BYTES", "QuantPart", "Quantization", "quantize", "write_quantized"]
 
 SLAB_BYTES = 16 * 1024 * 1024  # source bytes read and quantized at once (at least a block row)
-_NUMPY = {FLOAT: np.float32, FLOAT16: np.float16}
+_NUMPY = {FLOAT: np.float32, FLOAT16: np.float16, BFLOAT16: np.uint16}  # bfloat16: its bits
 UINT8 = onnx.TensorProto.UINT8
-_BITS = {FLOAT: 32, FLOAT16: 16, UINT8: 8, onnx.TensorProto.INT4: 4, onnx.TensorProto.UINT4: 4}
+_BITS = {
+    FLOAT: 32,
+    FLOAT16: 16,
+    BFLOAT16: 16,
+    UINT8: 8,
+    onnx.TensorProto.INT4: 4,
+    onnx.TensorProto.UINT4: 4,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +51,9 @@ class Quantization:
         target: ``"MatMulNBits"`` (a ``[K, N]`` weight, or ``[N, K]`` when
             ``transposed``: a Gemm's ``transB``) or ``"GatherBlockQuantized"``
             (a table quantized along its axis 1).
-        src: the weight's dtype (float32 or float16).
+        src: the weight's dtype (float32 or float16; bfloat16 for MatMulNBits:
+            quantized in float32, its scales rounded to bfloat16 after, as
+            onnxruntime's quantizer does).
         shape: its dims.
         bits: 4 or 8.
         block_size: elements per block.
@@ -138,16 +147,22 @@ class Quantization:
                 at = start * blocks * n // 2
                 out["zero_points"][at : at + len(zeros)] = zeros
             return
+        if self.src == BFLOAT16:
+            slab = widen_bfloat16(slab)
         if self.transposed:  # [N, K] rows: whole columns of B
             packed, scales, zeros = quantize_columns(
                 np.ascontiguousarray(slab.T), self.bits, self.block_size, self.symmetric
             )
+            if self.src == BFLOAT16:
+                scales = to_bfloat16(scales)
             out["B"][start : start + len(slab)] = packed
             out["scales"][start : start + len(slab)] = scales
             if zeros is not None:
                 out["zero_points"][start : start + len(slab)] = zeros
             return
         packed, scales, zeros = quantize_columns(slab, self.bits, self.block_size, self.symmetric)
+        if self.src == BFLOAT16:
+            scales = to_bfloat16(scales)
         first = start // self.block_size
         out["B"][:, first : first + packed.shape[1]] = packed
         out["scales"][:, first : first + scales.shape[1]] = scales
