@@ -115,7 +115,8 @@ def files_notes(
                 f"onnxruntime-genai: og.Model({printable(folder)!r}) loads what "
                 f"{GENAI_CONFIG} names; for what {printable(os.path.basename(target))} names: "
                 f"config = og.Config({printable(folder)!r}); "
-                f"config.overlay(open({printable(target)!r}).read()); og.Model(config)"
+                f"config.overlay(open({printable(os.path.join(folder, os.path.basename(target)))!r})"
+                ".read()); og.Model(config)"
             )
     for path, first in result.files_left:
         target = os.path.join(folder, os.path.basename(path))
