@@ -180,7 +180,8 @@ class _Pass:
             if node.name in self.settings.nodes_to_exclude:
                 self.result.skipped[label] = "in nodes_to_exclude"
                 continue
-            why = getattr(self, "_" + node.op_type.lower())(node, stack, label)
+            rule = {"MatMul": self._matmul, "Gemm": self._gemm, "Gather": self._gather}
+            why = rule[node.op_type](node, stack, label)
             if isinstance(why, list):
                 after[index] = why
             elif why:
