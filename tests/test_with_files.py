@@ -237,3 +237,14 @@ def test_cli_with_files_full_disk_leaves_nothing(tmp_path, verb):
     assert done.returncode == 1, done.stderr
     assert "File too large" in done.stderr and "Traceback" not in done.stderr
     assert os.listdir(out) == []
+
+
+def test_cli_dedup_in_place_with_files_says_nothing_to_copy(tmp_path, capsys):
+    """dedup --in-place --with-files: the files are already beside the models; said, not
+    silently ignored, and the folder keeps them as they were."""
+    src = _export(tmp_path / "export")
+    before = {name: (tmp_path / "export" / name).read_bytes() for name in OPTIMUM}
+    code, out, err = _cli(capsys, "dedup", src, "--in-place", "--with-files")
+    assert code == 0, err
+    assert "--with-files: nothing to copy, the output is in the source's folder" in out
+    assert {name: (tmp_path / "export" / name).read_bytes() for name in OPTIMUM} == before
