@@ -261,7 +261,13 @@ def test_cli_convert_writes_what_the_function_writes(tmp_path):
     onnxl.convert_float_to_float16(src, tmp_path / "api.onnx", keep_io_types=True)
     proc = _cli("convert", src, tmp_path / "cli.onnx", "--to", "float16", "--keep-io-types")
     assert proc.returncode == 0, proc.stderr
-    assert "converted 2 external tensors and 1 inline" in proc.stdout
+    assert proc.stdout.splitlines()[:3] == [
+        "source src.onnx: 4 tensors, 2 external, 2 inline",
+        "float16: 3 tensors converted (1 of them inline in cli.onnx), 1 kept as they were "
+        "(not float32: 1 INT64)",
+        "cli.onnx.data: 2 tensors, external in the source, aligned to 4096; 2 stay inline in "
+        "cli.onnx",
+    ]
     assert "clipped 6 values" in proc.stdout and "W1 (6)" in proc.stdout
     a, b = _tensors(str(tmp_path / "api.onnx")), _tensors(str(tmp_path / "cli.onnx"))
     assert {k: onh.to_array(v).tobytes() for k, v in a.items()} == {

@@ -77,14 +77,28 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace, result: ConvertResult, elapsed: float) -> str:
-    """What ``convert`` did: tensors converted, MiB before -> after, values clipped, time."""
-    where = ", ".join(printable(os.path.basename(p)) for p in result.weights_paths) or "no file"
+    """What ``convert`` did, each line saying what it counts: the source's tensors by
+    place, those converted and kept (why), where they went, MiB read -> written, the
+    time, the values clipped."""
+    src, dst = printable(os.path.basename(args.src)), printable(os.path.basename(args.dst))
+    inline = result.tensors - result.source_external
     lines = [
-        f"converted {result.converted} external {plural(result.converted, 'tensor')} and "
-        f"{result.converted_inline} inline to float16: {human(result.bytes_read)} read -> "
-        f"{human(result.bytes_written)} written to {where} {aligned(args.alignment)}, "
-        f"in {elapsed:.2f} s ({rate(result.bytes_read, elapsed)})"
+        f"source {src}: {result.tensors} {plural(result.tensors, 'tensor')}, "
+        + (
+            "all inline (no external data)"
+            if not result.source_external
+            else f"{result.source_external} external, {inline} inline"
+        ),
+        _converted(result, dst),
+        _placed(args, result, src, dst),
     ]
+    if result.weights_paths:
+        lines.append(
+            f"{human(result.bytes_read)} of weights read -> {human(result.bytes_written)} "
+            f"written, in {elapsed:.2f} s ({rate(result.bytes_read, elapsed)})"
+        )
+    else:
+        lines[-1] += f", in {elapsed:.2f} s"
     if result.clipped:
         worst = sorted(result.clipped.items(), key=lambda kv: -kv[1])[:3]
         names = ", ".join(f"{printable(name)} ({count})" for name, count in worst)
@@ -99,6 +113,56 @@ def _summary(args: argparse.Namespace, result: ConvertResult, elapsed: float) ->
     if args.prune and os.path.abspath(args.src) != os.path.abspath(args.dst):
         lines.append("--prune: nothing to prune, the source was not replaced (not in place)")
     return "\n".join(lines + left_over(result))
+
+
+def _converted(result: ConvertResult, dst: str) -> str:
+    """``float16: N tensors converted (M of them inline in DST), K kept as they were (why)``."""
+    converted = result.converted + result.converted_inline
+    line = f"float16: {converted} {plural(converted, 'tensor')} converted"
+    if result.converted_inline:
+        line += f" ({result.converted_inline} of them inline in {dst})"
+    kept = sum(result.kept.values())
+    if not kept:
+        return line + ", none kept"
+    why = []
+    floats = result.kept.get("FLOAT", 0)
+    if floats:
+        why.append(
+            f"{floats} float32 by the rules: --op-block-list, --node-block-list, inputs "
+            "that stay float32"
+        )
+    others = [f"{n} {dtype}" for dtype, n in result.kept.items() if dtype != "FLOAT"]
+    if others:
+        why.append(f"not float32: {', '.join(others)}")
+    return f"{line}, {kept} kept as they were ({'; '.join(why)})"
+
+
+def _placed(args: argparse.Namespace, result: ConvertResult, src: str, dst: str) -> str:
+    """Where the tensors went: the weights file (external in the source, moved out of
+    it), or inline in DST."""
+    placed = result.source_external + result.moved_out
+    threshold = 1024 if args.size_threshold is None else args.size_threshold
+    moved = f"moved out of {src} (inline ones of {threshold} bytes or more, --size-threshold)"
+    if not result.weights_paths:
+        return (
+            f"no weights file: all {result.tensors} stay inline in {dst} (none external, "
+            f"none of {threshold} bytes or more)"
+        )
+    where = printable(os.path.basename(result.weights_paths[0]))
+    if len(result.weights_paths) > 1:
+        where = f"{len(result.weights_paths)} shards ({where}, ...)"
+    tensors = f"{placed} {plural(placed, 'tensor')}"
+    if not result.moved_out:
+        came = f"{tensors}, external in the source"
+    elif not result.source_external:
+        came = f"{tensors} {moved}"
+    else:
+        came = (
+            f"{tensors}: {result.source_external} external in the source, "
+            f"{result.moved_out} {moved}"
+        )
+    stay = result.tensors - placed
+    return f"{where}: {came}, {aligned(args.alignment)}; {stay} stay inline in {dst}"
 
 
 def add_parser(sub) -> None:

@@ -14,14 +14,16 @@ change, the one ending, the prune in place.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ._commit.targets import destination_path, overwrite_hint
-from ._dtypes import FLOAT, FLOAT16, Conversion
+from ._dtypes import FLOAT, FLOAT16, Conversion, dtype_name
 from ._graph.float16 import convert_graph
 from ._options import WriteOptions, check_options
 from ._pipeline import Pipeline, WriteResult
+from ._read.external import InlineSpans
 from ._read.sources import kernel_path
 from ._read.tensors import Cast, TensorSite, is_external, iter_tensors, tensor_nbytes
 
@@ -34,9 +36,19 @@ class ConvertResult(WriteResult):
     bytes of the weights files written, padding included), and
 
     Attributes:
-        converted: external tensors whose bytes were converted while copied.
+        converted: tensors whose bytes were converted on their way to the
+            weights file: external in the source, or inline ones moved out of
+            it (``moved_out``).
         converted_inline: tensors converted in the ``.onnx`` itself (small
             ones, and attribute tensors held inline).
+        source_external: tensors whose bytes the source kept in other files
+            (external data); the others were inline in the source ``.onnx``.
+        moved_out: tensors inline in the source written to the weights file
+            (of at least the size threshold, converted or not).
+        kept: ``{dtype name: tensors}`` of the tensors left in their dtype:
+            ``"FLOAT"`` counts the float32 ones the rules keep (used only by
+            blocked nodes, or an input that stays float32), the others are
+            not float32 (``"INT64"``...).
         bytes_read: bytes of the source's weights read.
         clipped: ``{tensor name: values changed by the clipping}``, only the
             tensors where the clipping changed at least one value: magnitudes
@@ -56,6 +68,9 @@ class ConvertResult(WriteResult):
 
     converted: int = 0
     converted_inline: int = 0
+    source_external: int = 0
+    moved_out: int = 0
+    kept: dict[str, int] = field(default_factory=dict)
     bytes_read: int = 0
     clipped: dict[str, int] = field(default_factory=dict)
     files_copied: list[str] = field(default_factory=list)
@@ -66,6 +81,37 @@ class ConvertResult(WriteResult):
     def values_clipped(self) -> int:
         """The values the clipping changed, over every tensor."""
         return sum(self.clipped.values())
+
+    @property
+    def tensors(self) -> int:
+        """Every tensor of the model: converted, or kept."""
+        return self.converted + self.converted_inline + sum(self.kept.values())
+
+
+def _source_layout(model, inline: InlineSpans) -> tuple[int, Counter]:
+    """The tensors the scanned source held in other files (external references other
+    than the inline bytes the scan made references), and its tensors by dtype, before
+    the graph pass changes any."""
+    external = 0
+    dtypes: Counter = Counter()
+    for site in iter_tensors(model):
+        tensor = site.tensor
+        dtypes[tensor.data_type] += 1
+        if is_external(tensor):
+            entries = {entry.key: entry.value for entry in tensor.external_data}
+            external += not inline.holds(entries)
+    return external, dtypes
+
+
+def _moved_out(items, inline: InlineSpans) -> int:
+    """The tensors of ``items`` (those for the weights file) that were inline in the
+    source: a reference the scan made, or bytes held by the tensor itself."""
+    return sum(
+        item.ref is None
+        or item.ref.location == inline.location
+        and (item.ref.offset, item.ref.length) in inline.spans
+        for item in items
+    )
 
 
 def _casts(model, external, min_positive_val: float, max_finite_val: float) -> dict:
@@ -221,6 +267,7 @@ def convert_float_to_float16(
         # inline bytes under the threshold stay raw_data: converted in memory, they
         # stay inline; those at or over it become references into the file, moved
         model = run.scan(src, run.threshold)
+        source_external, dtypes = _source_layout(model, run.inline)
         source_size = _sizes_before(model)
         graph = convert_graph(
             model,
@@ -246,6 +293,7 @@ def convert_float_to_float16(
         )
         run.copy_files(with_files)
         run.lay_out()
+        moved_out = _moved_out(run.items, run.inline)
         run.check_targets()
         run.write()
     clipped = {name: count for name, count in graph.clipped.items() if count}
@@ -254,10 +302,17 @@ def convert_float_to_float16(
             name = cast.site.tensor.name or cast.site.label
             clipped[name] = clipped.get(name, 0) + cast.clipped
     unique = {item.key if item.key is not None else id(item): item for item in run.items}
+    kept = {dtype_name(code): n for code, n in dtypes.items() if code != FLOAT}
+    floats = dtypes[FLOAT] - len(casts) - graph.converted_inline
+    if floats:
+        kept = {"FLOAT": floats, **kept}
     return run.result(
         ConvertResult,
         converted=len(casts),
         converted_inline=graph.converted_inline,
+        source_external=source_external,
+        moved_out=moved_out,
+        kept=kept,
         bytes_read=sum(item.ref.length for item in unique.values() if item.ref is not None),
         clipped=clipped,
     )

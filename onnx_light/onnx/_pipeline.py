@@ -49,7 +49,7 @@ from ._options import ONNX_IR, TRANSFORMERS_JS, WriteOptions, check_alignment, c
 from ._plan.planner import Item, Plan
 from ._plan.serialize import Spliced, strip_raw_data
 from ._plan.source_plan import KEEP_HINT, plan_in_memory, plan_model
-from ._read.external import TensorRef, place
+from ._read.external import InlineSpans, TensorRef, place
 from ._read.scan import PROTOBUF_LIMIT, model_files, ref_key, scan_model
 from ._read.sources import SourceFiles, identity
 from ._system.gc import paused_gc
@@ -191,6 +191,7 @@ class Pipeline:
         self.unreferenced: list[str] = []
         self.removed: list[str] = []
         self.files = SourceFiles()
+        self.inline: InlineSpans | None = None  # the inline bytes scan() made references
 
     def __enter__(self) -> Pipeline:
         self._context = contextlib.ExitStack()
@@ -223,9 +224,11 @@ class Pipeline:
     def scan(self, src: str, threshold: int) -> onnx.ModelProto:
         """A source's metadata without its inline weights of ``threshold`` bytes or more,
         under its folder's shared lock: a model a writer changes before adding it (the
-        converter's graph pass)."""
+        converter's graph pass). The spans of the inline bytes it made references are
+        kept in ``self.inline`` (a writer tells them from the source's external ones)."""
         with folder_lock(os.path.dirname(src), shared=True):
-            return scan_model(src, self.files, threshold)[0]
+            model, self.inline = scan_model(src, self.files, threshold)
+        return model
 
     def add_model(
         self,
