@@ -301,7 +301,8 @@ def test_count_words_match_the_code():
 
 def test_what_the_counts_count():
     # the counts the guard compares with are the ones a reader would make
-    assert len(public_writers()) == 6  # load/save, shared save, align, dedup, edit, convert
+    assert len(public_writers()) == 7  # load/save, shared save, align, dedup, edit, convert,
+    # quantize
     assert len(scenarios()) == 4
     assert "deduplicate" in howtos() and "convert_float16" in howtos()
     assert set(subcommands()) >= {"align", "convert", "dedup", "info", "verify"}
