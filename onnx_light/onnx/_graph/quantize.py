@@ -8,22 +8,28 @@ attributes, and the same new initializers (``W_Q4`` / ``W_Q8``, ``W_scales``,
 ``W_zero_points``, appended to the graph that holds ``W``). Its rules:
 
 - a ``MatMul`` whose B is an initializer (of its graph or an enclosing one)
-  of 2 dims becomes ``com.microsoft.MatMulNBits`` (K, N, bits, block_size,
-  and accuracy_level when not 0); a node named in ``nodes_to_exclude``, a
-  B that is not an initializer or has fewer than 2 dims stays;
-- with ``Gather`` in the op types, a ``Gather`` of an initializer table of
-  2 dims or more becomes ``GatherBlockQuantized`` (4 bits only, int4 values
-  along axis 1, the default opset raised to 21 and the IR version to 10, as
-  there);
-- the weights no node reads any more are removed, with their graph inputs.
+  of 2 dims, or more whose leading ones are 1, becomes
+  ``com.microsoft.MatMulNBits`` (K, N, bits, block_size, and accuracy_level
+  when not 0), followed by its output reshape when B had more dims than A
+  may have (``nbits_reshape.py``); a node named in ``nodes_to_exclude``, a B
+  that is not an initializer, has fewer than 2 dims or a batch stays;
+- with ``Gather`` in the op types, a ``Gather`` of a float32 or float16
+  initializer table of 2 dims or more becomes ``GatherBlockQuantized`` (4
+  bits only, int4 values along axis 1);
+- the weights no node reads any more are removed, with their graph inputs;
+  the ``com.microsoft`` opset is imported.
 
 Beyond it: a ``Gemm`` (``Gemm`` in the op types) whose B is a constant
 initializer, transB 0 or 1, transA 0, alpha and beta 1, and C absent or a
 constant of N values becomes ``MatMulNBits`` with C as its bias (onnxruntime's
-quantizer leaves every Gemm as it is). What differs, and why each node was
-left, is reported: a B of 3 dims or more with unit leading dims (onnxruntime
-squeezes it and reshapes the output) is left here; a weight of a dtype other
-than float32, float16 or bfloat16 is refused (onnxruntime fails on it).
+quantizer leaves every Gemm as it is). Where this differs, it says so: each
+node of the op types left is reported with the reason; a weight of a dtype
+other than float32, float16 or bfloat16 is refused by name (onnxruntime
+fails on it), and an integer Gather table is left (onnxruntime would
+"quantize" it); the default opset is raised to 21 and the IR version to 10
+(int4 types) only when a Gather is quantized (onnxruntime does it whenever
+Gather is among the op types); only the weights replaced are removed when
+unused (onnxruntime removes every unused initializer).
 
 A weight in memory (a small one the scan kept inline) is quantized here; an
 external one becomes references to its bytes, each with a
