@@ -321,7 +321,7 @@ def test_no_literal_figure_of_the_report_in_prose():
 # that writes them): their figures are the report's, quoted from it, never typed.
 PROOF_REPORTS = ("ort_alignment", "convert_proof", "threads_proof", "dedup_proof")
 PROOF_REPORTS += ("edit_proof", "peer_settings", "load_ab", "tensor_cost", "window_sync")
-PROOF_REPORTS += ("cold_proof",)
+PROOF_REPORTS += ("cold_proof", "memory_split")
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 _UNITS = {"s": "s", "MiB": "MiB", "GiB": "MiB", "KiB": "MiB", "MB": "MB", "GB": "MB"}
 _UNITS |= {"x": "x", "times": "x", "us": "us"}  # microseconds: the cost of a tensor
