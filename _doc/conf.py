@@ -561,32 +561,38 @@ def bench_role(name, rawtext, text, lineno, inliner, options=None, content=None)
 
 # -- Figures of the proof reports (Markdown tables), quoted in the pages ---------
 
-_md_tables: dict[str, list[list[list[str]]]] = {}
+_md_tables: dict[str, list[tuple[str, list[list[str]]]]] = {}  # (## heading, table)
 _CELL_UNIT = re.compile(r"(?:\(|, )(s|MiB|GiB|KiB|MB|GB)\)?\s*$")
 
 
 def _report_tables(report: str) -> list[list[list[str]]]:
     """The pipe tables of ``benchmarks/proofs/results/REPORT.md``: rows of cells, header
-    first."""
+    first. ``REPORT#Section``: only the tables under the ``##`` heading ``Section``."""
+    report, _, section = report.partition("#")
     if report not in _md_tables:
         with open(os.path.join(PROOF_RESULTS, f"{report}.md"), encoding="utf-8") as f:
             lines = f.read().split("\n")
-        tables, current = [], []
+        tables, current, heading = [], [], ""
         for line in [*lines, ""]:
             if line.startswith("|"):
                 cells = [c.strip() for c in line.strip().strip("|").split("|")]
                 if not all(re.fullmatch(r":?-+:?", c) for c in cells):
                     current.append(cells)
-            elif current:
-                tables.append(current)
+                continue
+            if current:
+                tables.append((heading, current))
                 current = []
+            if line.startswith("## "):
+                heading = line[3:].strip()
         _md_tables[report] = tables
-    return _md_tables[report]
+    return [table for heading, table in _md_tables[report] if not section or heading == section]
 
 
 def report_cell(report: str, row: str, column: str, part: str = "cell") -> str:
     """One cell of a proof report's tables, as the report prints it.
 
+    ``report``: its name, or ``NAME#Section`` for the tables under one ``##``
+    heading (``ort_alignment#After one inference``);
     ``row``: cells of the row, joined by `` / `` (``gpt2 / single / default``),
     each equal to one of the row's cells; ``column``: the start of the column's
     header (``session peak RSS growth``); the first table that has both, and
@@ -633,7 +639,7 @@ def report_role(name, rawtext, text, lineno, inliner, options=None, content=None
     """
     parts = [x.strip() for x in text.split(";")]
     env = inliner.document.settings.env
-    env.note_dependency(os.path.join(PROOF_RESULTS, f"{parts[0]}.md"))
+    env.note_dependency(os.path.join(PROOF_RESULTS, f"{parts[0].partition('#')[0]}.md"))
     try:
         return [nodes.Text(report_cell(*parts))], []
     except (TypeError, LookupError, OSError) as exc:
