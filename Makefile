@@ -47,10 +47,28 @@ gallery-report: $(STAMP)
 fuzz: $(STAMP)
 	$(PY) -m pytest -q -m slow tests
 
-# a transformer exported by torch (installs the CPU wheel of torch, about 750 MB)
-realworld: $(STAMP)
-	$(PY) -m pip install --quiet -e ".[dev,realworld]"
-	$(PY) -m pytest -q -m realworld tests
+# every verb on real exports (optimum's GPT-2 with and without past, T5, BERT, a
+# Llama-like decoder; onnxruntime-genai builder folders at fp32 and int4), built from
+# configs with random weights, nothing downloaded, each output checked with onnx,
+# onnxruntime, optimum's generate and onnxruntime-genai; writes
+# benchmarks/proofs/results/realworld.md (and .csv). Not part of CI. In a venv of its
+# own (RW_VENV: torch, transformers, optimum stay out of .venv), with torch's CPU wheel
+# (about 200 MB) from the index pip is set up with, else from PyTorch's CPU index
+# (TORCH_INDEX). About 15 minutes on 2 cores the first time (installs and exports; the
+# models are cached in /var/tmp/onnx-light-realworld, REALWORLD_CACHE elsewhere);
+# REALWORLD_LARGE=1 adds the Llama at 3.5 GiB of weights (about 12 GiB of RAM).
+RW_VENV ?= .venv-realworld
+RW_PY := $(RW_VENV)/bin/python
+TORCH_CPU ?= torch==2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+realworld:
+	test -x $(RW_PY) || $(PYTHON) -m venv $(RW_VENV)
+	$(RW_PY) -m pip install --quiet --upgrade pip
+	$(RW_PY) -m pip install --quiet "$(TORCH_CPU)" || \
+		$(RW_PY) -m pip install --quiet "$(TORCH_CPU)" --extra-index-url $(TORCH_INDEX)
+	$(RW_PY) -m pip install --quiet -e ".[dev,realworld]"
+	$(RW_PY) -m pytest -q -p no:cacheprovider -m realworld tests/test_real_models.py
+	$(RW_PY) -m benchmarks.realworld.run $(REALWORLD_ARGS)
 
 # mutation testing (mutmut, configured in pyproject.toml [tool.mutmut]): the planner,
 # the layout, the reference checks, the readers and commit rules; each mutant runs the

@@ -27,3 +27,6 @@ import types  # noqa: E402
 _torch = types.SimpleNamespace()  # benchmarks/proofs/dedup_proof.py's torch modules
 _torch.forward  # torch.nn.Module.__call__ runs it
 _torch.embed_tokens  # set on a transformers model, which reads it
+
+_tokenizers = types.SimpleNamespace()  # benchmarks/realworld/models.py's tokenizers.Tokenizer
+_tokenizers.pre_tokenizer  # set on it, read by tokenizers when it encodes
