@@ -49,7 +49,9 @@ def _to_bfloat16(values: np.ndarray) -> np.ndarray:
     return rounded
 
 
-def convert(data: memoryview | bytes, conversion: Conversion) -> tuple[np.ndarray, int]:
+def convert(
+    data: memoryview | bytes, conversion: Conversion, out: np.ndarray | None = None
+) -> tuple[np.ndarray, int]:
     """Convert little-endian values of ``conversion.src`` to ``conversion.dst``.
 
     bfloat16 is widened to float32 (exact) and float16 -> bfloat16 goes
@@ -58,9 +60,13 @@ def convert(data: memoryview | bytes, conversion: Conversion) -> tuple[np.ndarra
     Args:
         data: whole values (a multiple of the source value size); not modified.
         conversion: the source and target dtypes, and the clipping.
+        out: for a clipping conversion, a float16 array of at least as many
+            values to write into (a writer's buffer, reused chunk after chunk);
+            ignored by the others.
 
     Returns:
-        ``(the converted values, the number of values clipped)``.
+        ``(the converted values, the number of values clipped)``: with ``out``,
+        a view of its first values.
     """
     src, dst = conversion.src, conversion.dst
     if src == BFLOAT16:  # bfloat16 -> float32: the bits, shifted (exact)
@@ -69,7 +75,9 @@ def convert(data: memoryview | bytes, conversion: Conversion) -> tuple[np.ndarra
     else:
         values = np.frombuffer(data, dtype=np.dtype(_NUMPY[src]).newbyteorder("<"))
     if conversion.clips:  # float32 -> float16, as onnxruntime's converter
-        return clip_to_float16(values, conversion.min_positive, conversion.max_finite)
+        if out is not None:
+            out = out[: values.size]
+        return clip_to_float16(values, conversion.min_positive, conversion.max_finite, out=out)
     if dst == BFLOAT16:
         return _to_bfloat16(values.astype(np.float32, copy=False)), 0
     if values.dtype == _NUMPY[dst]:
@@ -135,6 +143,7 @@ def write_casts(
         buf = getattr(local, "buf", None)
         if buf is None or len(buf) < length:
             buf = local.buf = bytearray(max(length, CAST_CHUNK))
+            local.out = np.empty(len(buf) // ITEMSIZE[FLOAT], np.float16)  # clipping casts
         view = memoryview(buf)[:length]
         with files.lease(item.ref.source) as src:
             if read_upto(src, view, start) != length:
@@ -143,7 +152,7 @@ def write_casts(
                     f"before byte {start + length} (truncated while reading?)"
                 )
         conversion = item.cast.conversion
-        out, clipped = convert(view, conversion)
+        out, clipped = convert(view, conversion, local.out)
         data = memoryview(out).cast("B")
         if len(piece) > 1:  # a batch: its span written once, padding included
             span = bytearray(last[3] + conversion.length(last[2]) - first[3])
