@@ -599,11 +599,11 @@ def test_truncated_source_leaves_nothing(tmp_path):
 
 _PEAK = r"""
 import sys
-import onnxruntime.capi._pybind_state  # its library loaded before: not the quantizer's memory
 import onnx_light.onnx as onnxl
-from onnx_light.onnx._write import quantize
+from onnx_light.onnx._write import blockwise, quantize
 from benchmarks.harness import PeakMemory
-quantize.SLAB_BYTES = 4 * 1024 * 1024
+quantize.SLAB_BYTES = 1024 * 1024
+blockwise.ort_blockwise = lambda *args: None  # numpy, one thread: nothing timing-dependent
 with PeakMemory() as m:
     onnxl.quantize_weights(sys.argv[1], sys.argv[2])
 print(m.growth, m.exact)
@@ -611,22 +611,22 @@ print(m.growth, m.exact)
 
 
 def _chain(folder, n: int) -> str:
-    """``n`` MatMuls of [1024, 2048] float32 weights (8 MiB each)."""
+    """``n`` MatMuls of [512, 2048] float32 weights (4 MiB each)."""
     rng = np.random.default_rng(10)
     nodes, inits, x = [], [], "X"
     for i in range(n):
         nodes.append(oh.make_node("MatMul", [x, f"W{i}"], [f"H{i}"], name=f"mm{i}"))
-        inits.append(onh.from_array(rng.standard_normal((1024, 2048), np.float32), f"W{i}"))
+        inits.append(onh.from_array(rng.standard_normal((512, 2048), np.float32), f"W{i}"))
         nodes.append(oh.make_node("Slice", [f"H{i}", "s", "e", "a"], [f"X{i}"], name=f"cut{i}"))
         x = f"X{i}"
     inits += [
-        onh.from_array(np.array([v], np.int64), k) for k, v in (("s", 0), ("e", 1024), ("a", 1))
+        onh.from_array(np.array([v], np.int64), k) for k, v in (("s", 0), ("e", 512), ("a", 1))
     ]
     graph = oh.make_graph(
         nodes,
         "g",
-        [oh.make_tensor_value_info("X", F, [1, 1024])],
-        [oh.make_tensor_value_info(x, F, [1, 1024])],
+        [oh.make_tensor_value_info("X", F, [1, 512])],
+        [oh.make_tensor_value_info(x, F, [1, 512])],
         inits,
     )
     os.mkdir(folder)
@@ -637,13 +637,14 @@ def _chain(folder, n: int) -> str:
 
 def test_memory_does_not_grow_with_the_model(tmp_path):
     """Peak memory holds one weight's output and one slab: a model of 8 weights grows
-    it as one of 2 does (64 MiB of weights against 16 MiB; holding every output would
-    add 6 MiB, every weight 48 MiB)."""
+    it as one of 2 does (32 MiB of weights against 8 MiB; holding every output would
+    add 3.2 MiB, every weight 24 MiB). Measured on the numpy arithmetic: onnxruntime's
+    function starts a thread pool per call, whose arenas depend on timing."""
     small, large = _chain(tmp_path / "small", 2), _chain(tmp_path / "large", 8)
     root = os.path.join(os.path.dirname(__file__), "..")
     growth = {}
     for name, src in (("small", small), ("large", large)):
         script = f"import sys; sys.path.insert(0, {os.path.abspath(root)!r})\n" + _PEAK
         growth[name] = peak_growth_in_subprocess(script, src, tmp_path / f"{name}.onnx")
-    assert growth["large"] < growth["small"] + 3 * 2**20, growth
-    assert growth["large"] < 32 * 2**20, growth
+    assert growth["large"] < growth["small"] + 1.5 * 2**20, growth
+    assert growth["large"] < 16 * 2**20, growth
