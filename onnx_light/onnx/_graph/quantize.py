@@ -203,7 +203,7 @@ class _Pass:
                     return tensor, graph
         return None, None
 
-    def weight(self, node, position: int, stack, label: str, what: str):
+    def weight(self, node, position: int, stack, what: str):
         """The constant weight input ``position`` of ``node``, or the reason there is none."""
         name = node.input[position] if len(node.input) > position else ""
         tensor, graph = self.find(name, stack) if name else (None, None)
@@ -257,7 +257,7 @@ class _Pass:
                 tensor.raw_data = np.ascontiguousarray(values[part]).tobytes()
 
     def _matmul(self, node, stack, label: str) -> str | None:
-        weight, graph, why = self.weight(node, 1, stack, label, "B")
+        weight, graph, why = self.weight(node, 1, stack, "B")
         if why:
             return why
         dims = list(weight.dims)
@@ -289,7 +289,7 @@ class _Pass:
                 f"alpha={attrs.get('alpha', 1.0):g}, beta={attrs.get('beta', 1.0):g} "
                 "(only 1 and 1 are quantized)"
             )
-        weight, graph, why = self.weight(node, 1, stack, label, "B")
+        weight, graph, why = self.weight(node, 1, stack, "B")
         if why:
             return why
         dims = list(weight.dims)
@@ -299,7 +299,7 @@ class _Pass:
         n = dims[0] if transposed else dims[1]
         bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
         if bias is not None:
-            c, _, _ = self.weight(node, 2, stack, label, "C")
+            c, _, _ = self.weight(node, 2, stack, "C")
             if c is None or list(c.dims) != [n]:
                 return f"its C {bias!r} is not a constant of {n} values (a bias)"
         self.refuse_dtype(weight, label, "Gemm")
@@ -340,7 +340,7 @@ class _Pass:
         s = self.settings
         if s.bits != 4:
             return "Gather is quantized at 4 bits only"
-        weight, graph, why = self.weight(node, 0, stack, label, "data")
+        weight, graph, why = self.weight(node, 0, stack, "data")
         if why:
             return why
         dims = list(weight.dims)
