@@ -58,6 +58,7 @@ fuzz: $(STAMP)
 # models are cached in /var/tmp/onnx-light-realworld, REALWORLD_CACHE elsewhere);
 # REALWORLD_LARGE=1 adds the Llama at 3.5 GiB of weights (about 12 GiB of RAM).
 RW_VENV ?= .venv-realworld
+RW_STARTED := $(shell date +%s)
 RW_PY := $(RW_VENV)/bin/python
 TORCH_CPU ?= torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
@@ -68,7 +69,7 @@ realworld:
 		$(RW_PY) -m pip install --quiet "$(TORCH_CPU)" --extra-index-url $(TORCH_INDEX)
 	$(RW_PY) -m pip install --quiet -e ".[dev,realworld]"
 	$(RW_PY) -m pytest -q -p no:cacheprovider -m realworld tests/test_real_models.py
-	$(RW_PY) -m benchmarks.realworld.run $(REALWORLD_ARGS)
+	$(RW_PY) -m benchmarks.realworld.run --started $(RW_STARTED) $(REALWORLD_ARGS)
 
 # mutation testing (mutmut, configured in pyproject.toml [tool.mutmut]): the planner,
 # the layout, the reference checks, the readers and commit rules; each mutant runs the

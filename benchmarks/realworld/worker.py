@@ -62,7 +62,8 @@ def _ort_float16(src: str, dst: str) -> int:
 def _quantize(src: str, dst: str) -> int:
     import onnx_light.onnx as onnxl
 
-    onnxl.quantize_weights(src, dst)
+    r = onnxl.quantize_weights(src, dst)
+    print(f"{r.weights} weights quantized")
     return 0
 
 
