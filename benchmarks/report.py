@@ -655,6 +655,9 @@ def plot(results: list[dict], path: str, title: str) -> list[str]:
             (left / FIG_WIDTH, bottom / height, 1 - (left + right) / FIG_WIDTH, y / height)
         )
         values = [_over_target(r) for _, r in bar_y]
+        finite = [v for v in values if math.isfinite(v)]
+        high = max(3.0, 1.5 * max(finite, default=1.0))
+        values = [high if math.isinf(v) else v for v in values]  # a reference of 0 s
         ax.barh(
             [b for b, _ in bar_y],
             values,
@@ -662,7 +665,6 @@ def plot(results: list[dict], path: str, title: str) -> list[str]:
             color=[STATE_COLORS["good" if r["passed"] else "bad"] for _, r in bar_y],
             zorder=2,
         )
-        high = max(3.0, 1.5 * max(values))
         ax.set_xscale("log")
         ax.set_xlim(1e-3, high)
         ax.set_ylim(y, 0)

@@ -249,7 +249,8 @@ def _log_record(op: str, rec: dict | None) -> None:
             unit = f"{rec[key]:.3f} s" if key == "to_disk" else f"{rec[key] / sources.MiB:.0f} MiB"
             extra += f", {name} {unit}"
     log(
-        f"    {op:16s} {rec['seconds']:8.3f} s  cpu {rec['cpu']:7.3f} s  "
+        f"    {op:16s} {rec['seconds']:8.3f} s  cpu {rec['cpu']:7.3f} s "
+        f"(user {rec.get('user', 0):.3f})  "
         f"peak +{rec['peak'] / sources.MiB:.1f} MiB{extra}  "
         f"(others: {rec.get('others_cpu', 0):.2f} CPU)"
     )

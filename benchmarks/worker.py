@@ -11,10 +11,11 @@ set-up), then its unmeasured set-up runs, then the operation itself, inside
 every millisecond (for memory-mapped files, whose pages are file-backed).
 
 Printed fields: ``seconds`` (wall), ``cpu`` (user + system seconds of the
-process), ``peak`` (peak RSS growth, bytes), ``exact`` (whether ``peak`` is the
-kernel's), ``anon`` / ``file`` (sampled peak growth of RssAnon / RssFile,
-bytes; null without ``--timeline``), ``samples``, ``bytes`` (sizes of the
-files written, or what the operation says it handled: ``Case.nbytes``),
+process, every thread), ``user`` (its user seconds), ``peak`` (peak RSS growth,
+bytes), ``exact`` (whether ``peak`` is the kernel's), ``anon`` / ``file``
+(sampled peak growth of RssAnon / RssFile, bytes; null without
+``--timeline``), ``samples``, ``bytes`` (sizes of the files written, or what
+the operation says it handled: ``Case.nbytes``),
 ``tensors`` and ``onnx_bytes`` (how many tensors the operation handles and the
 size of the ``.onnx`` files it reads: null but on the many-tensor sources).
 With ``--flush``, the outputs are then written to the disk
@@ -29,6 +30,7 @@ import contextlib
 import gc
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -66,9 +68,9 @@ def _run_once(
         before = resident(canary) if canary else None
         tl_ctx = RssTimeline(interval=0.001) if timeline else contextlib.nullcontext()
         with PeakMemory() as pm, tl_ctx as tl:
-            cpu0 = os.times()
+            cpu0 = resource.getrusage(resource.RUSAGE_SELF)  # every thread, to the microsecond
             result = case.run()
-            cpu1 = os.times()
+            cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         after = resident(canary) if canary else None
         flushed = _flush(case.outputs) if flush else None
         written = sum(os.path.getsize(f) for f in case.outputs if os.path.exists(f))
@@ -77,7 +79,8 @@ def _run_once(
         del result
         return {
             "seconds": pm.seconds,
-            "cpu": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
+            "cpu": (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime),
+            "user": cpu1.ru_utime - cpu0.ru_utime,
             "peak": pm.growth,
             "exact": pm.exact,
             "anon": tl.growth_of("anon") if timeline else None,
