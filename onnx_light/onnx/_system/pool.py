@@ -16,24 +16,29 @@ waits on plain locks: C calls, which a signal's exception leaves as they were
 :func:`_thread.start_new_thread` (nothing to wait for) and each releases a
 plain lock when it ends. Jobs are run in the order they were submitted.
 
-A worker never depends on the calling thread to end: an interrupt can land
-anywhere in the code that tells it to (``close``, or a clean-up when the pool
-is dropped unclosed), so each worker also ends by itself once its pool is gone
-(it holds only a weak reference to it, and looks when the queue has been
-empty for a moment).
+A worker ends on the ``None`` that follows the jobs, and puts it back for the
+next worker: telling them all is one C call, which an interrupt cannot cut in
+two. ``close`` makes that call; a pool dropped before its ``close`` made it
+(an interrupt anywhere in the code that closes it) makes it as it is freed,
+from a weak reference's callback that is C code only (``functools.partial``
+of the queue's ``put``), so no signal handler can run inside it. The workers
+wait on the queue without a timeout: CPython 3.10 to 3.12's
+``SimpleQueue.get(timeout=...)`` can wait forever once it was handed the
+queue's lock before its deadline and got the GIL back only after it, so a
+worker that looked for its pool only when such a wait ran out could be left
+behind, blocked, after its pool was dropped.
 """
 
 from __future__ import annotations
 
 import _thread
+import functools
 import queue
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Job", "Pool"]
-
-IDLE = 0.05  # seconds a worker waits on an empty queue before it looks for its pool
 
 
 class Job:
@@ -79,19 +84,15 @@ class Job:
 def _work(jobs: queue.SimpleQueue, cancelled: list[bool], ended: list, pool: weakref.ref) -> None:
     """A worker: run jobs until the ``None`` that ends it, then say so in ``ended``.
 
-    A pool dropped without being closed (an interrupt in the code that closes
-    it) cancels the jobs left and ends its workers, with nothing to run in the
-    calling thread.
+    The ``None`` is put back for the next worker. A pool dropped without being
+    closed skips the jobs left (``pool`` is dead) and puts the ``None`` as it
+    is freed.
     """
     try:
         while True:
-            try:
-                job = jobs.get(timeout=IDLE)
-            except queue.Empty:
-                if pool() is None:
-                    return  # dropped unclosed: nothing can queue a job any more
-                continue
+            job = jobs.get()  # no timeout: see the module's docstring
             if job is None:
+                jobs.put(None)  # for the next worker
                 return
             job.run(cancelled[0] or pool() is None)  # dropped unclosed: skip the rest
     finally:
@@ -110,16 +111,15 @@ class Pool:
     def __init__(self, threads: int) -> None:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._cancelled = [False]  # read by the workers before each job
-        self._threads = threads
         self._ended: list = []
+        # freed unclosed: the None that ends the workers, put by C code only
+        ref = weakref.ref(self, functools.partial(self._jobs.put, None))
         try:
             for _ in range(threads):
                 ended = [_thread.allocate_lock(), False]  # released, and set, when it ends
                 ended[0].acquire()
-                _thread.start_new_thread(
-                    _work, (self._jobs, self._cancelled, ended, weakref.ref(self))
-                )
-                self._ended.append(ended)  # interrupted before: it ends on its None unseen
+                _thread.start_new_thread(_work, (self._jobs, self._cancelled, ended, ref))
+                self._ended.append(ended)  # interrupted before: it ends on the None unseen
         except BaseException:
             self.close(cancel=True)
             raise
@@ -139,9 +139,7 @@ class Pool:
         """
         if cancel:
             self._cancelled[0] = True
-        for _ in range(self._threads):
-            self._jobs.put(None)
-        self._threads = 0
+        self._jobs.put(None)  # each worker puts it back as it ends
         while self._ended:
             lock, done = self._ended[-1]
             if not done:
