@@ -81,16 +81,18 @@ def quantize_weights(
     each ``MatMul`` whose B is a float32, float16 or bfloat16 initializer of
     2 dims (or more, the leading ones 1: the output is then reshaped as
     there) becomes a ``com.microsoft.MatMulNBits`` of the same name plus
-    ``_Q4`` (``_Q8``),
-    reading ``B_Q4``, ``B_scales`` and (asymmetric) ``B_zero_points``, whose
-    bytes are those onnxruntime writes: the quantization is onnxruntime's own
-    per-tensor function (``quantize_matmul_4bits`` / ``quantize_matmul_8bits``)
-    when onnxruntime is installed, else the same MLAS arithmetic in numpy,
-    tested bit for bit against it. With ``"Gather"`` in ``op_types``, a
-    ``Gather`` of a float table becomes ``GatherBlockQuantized`` (4 bits, as
+    ``_Q4`` (``_Q8``), reading ``B_Q4``, ``B_scales`` and (asymmetric)
+    ``B_zero_points``, whose bytes are those onnxruntime writes. The
+    quantization is onnxruntime's own per-tensor function
+    (``quantize_matmul_4bits`` / ``quantize_matmul_8bits``, multi-threaded)
+    when onnxruntime is installed (the ``quantize`` extra: ``pip install
+    onnx-light[quantize]``), else the same MLAS arithmetic in numpy on one
+    thread, tested bit for bit against it. With ``"Gather"`` in ``op_types``,
+    a ``Gather`` of a float table becomes ``GatherBlockQuantized`` (4 bits, as
     there); with ``"Gemm"``, a Gemm with a constant B (transB 0 or 1, alpha and
     beta 1, C absent or a bias of N values) becomes ``MatMulNBits`` with that
-    bias, which onnxruntime's quantizer does not do.
+    bias, which onnxruntime's quantizer does not do. The nodes of those op
+    types left as they are are listed in ``skipped``, with the reason.
 
     No weight is ever held whole in memory: the graph is changed on the model
     read without its weights, and each weight is read from its file in slabs
