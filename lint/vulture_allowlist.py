@@ -19,6 +19,8 @@ import onnxruntime  # noqa: E402
 onnxruntime.SessionOptions.log_severity_level  # set by examples: onnxruntime reads it
 onnxruntime.SessionOptions.intra_op_num_threads
 onnxruntime.SessionOptions.inter_op_num_threads
+onnxruntime.SessionOptions.optimized_model_filepath  # ort_prepacking.py's saved copy
+onnxruntime.SessionOptions.enable_cpu_mem_arena
 onnxl.DedupResult.unreferenced  # read by callers after an in-place dedup
 onnxl.DedupResult.removed
 
