@@ -68,6 +68,7 @@ def test_gather_symmetric_8_bits_options(tmp_path, capsys):
         (["--bits", "3"], "--bits: invalid choice: 3"),
         (["--block-size", "24"], "--block-size: '24': a power of two"),
         (["--block-size", "8"], "a power of two, at least 16"),
+        (["--block-size", "512"], "--block-size: '512': a power of two, at least 16, at most 256"),
         (["--accuracy-level", "5"], "--accuracy-level: invalid choice: 5"),
         (["--op-types", "MatMul,Conv"], "among MatMul, Gemm, Gather"),
     ],

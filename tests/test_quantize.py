@@ -539,6 +539,7 @@ def test_without_onnxruntimes_function(tmp_path, monkeypatch):
         ({"bits": True}, TypeError, "bits"),
         ({"block_size": 24}, ValueError, "block_size=24: it must be a power of two"),
         ({"block_size": 8}, ValueError, "block_size=8"),
+        ({"block_size": 512}, ValueError, "block_size=512: .* at most 256"),
         ({"accuracy_level": 5}, ValueError, "accuracy_level=5"),
         ({"op_types": "MatMul"}, TypeError, "op_types must be a list"),
         ({"op_types": ["Conv"]}, ValueError, "'Conv' is not"),
@@ -570,6 +571,76 @@ def test_weight_of_another_dtype_is_refused_by_name(tmp_path):
     assert folder_digest(tmp_path) == before
     result = onnxl.quantize_weights(src, str(tmp_path / "q.onnx"), nodes_to_exclude=["mm"])
     assert result.skipped == {"mm": "in nodes_to_exclude"}
+
+
+def _taken_model(folder, nodes, inits) -> str:
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [
+            oh.make_tensor_value_info("X", F, [3, 64]),
+            oh.make_tensor_value_info("I", onnx.TensorProto.INT64, [3]),
+        ],
+        [oh.make_tensor_value_info("Z", F, ["a", "b"])],
+        [onh.from_array(np.ones(shape, np.float32), name) for name, shape in inits],
+    )
+    path = os.path.join(folder, "taken.onnx")
+    model = for_onnxruntime(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]))
+    onnx.save(model, path, save_as_external_data=True, size_threshold=0)
+    return path
+
+
+@pytest.mark.parametrize(
+    "nodes, inits, op_types, words",
+    [
+        (  # the model already has W_Q4: two initializers of one name, or theirs silently lost
+            [
+                oh.make_node("MatMul", ["X", "W"], ["Y"], name="mm"),
+                oh.make_node("Add", ["Y", "W_Q4"], ["Z"]),
+            ],
+            [("W", [64, 8]), ("W_Q4", [3, 8])],
+            ("MatMul",),
+            "MatMul node 'mm' of .*taken.onnx.*'W' makes the initializer 'W_Q4', a name the model "
+            "already uses",
+        ),
+        (
+            [
+                oh.make_node("MatMul", ["X", "W"], ["Y"], name="mm"),
+                oh.make_node("Add", ["Y", "W_scales"], ["Z"]),
+            ],
+            [("W", [64, 8]), ("W_scales", [3, 8])],
+            ("MatMul",),
+            "'W_scales', a name the model already uses",
+        ),
+        (  # one weight as a MatMul's B and a Gather's table: two forms under one set of names
+            [
+                oh.make_node("Gather", ["W", "I"], ["E"], name="g"),
+                oh.make_node("MatMul", ["E", "W"], ["Z"], name="mm"),
+            ],
+            [("W", [64, 64])],
+            ("MatMul", "Gather"),
+            "MatMul node 'mm' of .*taken.onnx.*'W' makes the initializer 'W_Q4', which "
+            "Gather node 'g' makes of it as GatherBlockQuantized",
+        ),
+    ],
+    ids=["W_Q4 exists", "W_scales exists", "MatMul and Gather share W"],
+)
+def test_names_already_taken_are_refused(tmp_path, nodes, inits, op_types, words):
+    """A name the quantizer makes that the model already has (or that another form of the
+    same weight takes) is refused before anything is written, naming the node, the weight
+    and the name; onnxruntime's quantizer writes a model that fails onnx's checker or
+    onnxruntime's load then."""
+    src = _taken_model(tmp_path, nodes, inits)
+    before = folder_digest(tmp_path)
+    with pytest.raises(ValueError, match=words):
+        onnxl.quantize_weights(src, str(tmp_path / "q.onnx"), block_size=32, op_types=op_types)
+    assert folder_digest(tmp_path) == before
+    excluded = [n.name for n in nodes if n.name == "mm"]
+    result = onnxl.quantize_weights(
+        src, str(tmp_path / "q.onnx"), block_size=32, op_types=op_types, nodes_to_exclude=excluded
+    )
+    onnx.checker.check_model(str(tmp_path / "q.onnx"), full_check=True)
+    assert "mm" not in result.quantized
 
 
 def test_in_place(tmp_path):

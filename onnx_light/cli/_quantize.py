@@ -15,6 +15,7 @@ from ._text import aligned, left_over, plural, printable
 __all__ = ["add_parser"]
 
 OP_TYPES = ("MatMul", "Gemm", "Gather")
+MAX_BLOCK = 256  # MLAS's largest block
 SHOWN = 5  # skipped nodes named in the summary
 
 
@@ -23,9 +24,9 @@ def _block_size(text: str) -> int:
         value = int(text, 10)
     except ValueError:
         value = 0
-    if value < 16 or value & (value - 1):
+    if value < 16 or value > MAX_BLOCK or value & (value - 1):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: a power of two, at least 16 (16, 32, 64, 128, 256...)"
+            f"{text!r}: a power of two, at least 16, at most {MAX_BLOCK} (16, 32, 64, 128, 256)"
         )
     return value
 
@@ -121,7 +122,7 @@ def add_parser(sub) -> None:
         type=_block_size,
         default=128,
         metavar="N",
-        help="weights per block along K, a power of two from 16 (default: 128)",
+        help="weights per block along K, a power of two from 16 to 256 (default: 128)",
     )
     p.add_argument("--symmetric", action="store_true", help="no zero points (default: asymmetric)")
     p.add_argument(

@@ -112,7 +112,7 @@ def quantize_weights(
         dst_weights_path: its weights file, inside the folder of
             ``dst_onnx_path``, read as ``save``'s ``location``. None: ``DST.data``.
         bits: 4 or 8.
-        block_size: weights per block along K: a power of two, at least 16.
+        block_size: weights per block along K: a power of two from 16 to 256.
         symmetric: no zero points (the middle value is the implicit one).
         accuracy_level: MatMulNBits's ``accuracy_level``, 0 (not set) to 4
             (int8 compute on the CPU).
@@ -137,11 +137,14 @@ def quantize_weights(
         TypeError: a setting of the wrong type, or ``options`` not a
             :class:`~onnx_light.onnx.WriteOptions`.
         ValueError: bits not 4 or 8, a block size that is not a power of two
-            of at least 16, an accuracy level outside 0 to 4, an unknown op
+            from 16 to 256, an accuracy level outside 0 to 4, an unknown op
             type, a name of ``nodes_to_exclude`` that is no node of the model,
             a weight to quantize that is not float32, float16 or bfloat16
-            (naming the node and the weight), or a weights path outside the
-            destination folder; nothing is written then.
+            (naming the node and the weight), a name the quantizer makes
+            (``W_Q4``, ``W_scales``...) that the model already uses or that
+            another form of the same weight takes (a MatMul's B that is also a
+            Gather's table), or a weights path outside the destination folder;
+            nothing is written then.
         FileNotFoundError: the source model or a data file is missing.
         ExternalDataError: a reference is malformed, unsafe or out of range
             (naming the tensor and the file), or a destination is a file the

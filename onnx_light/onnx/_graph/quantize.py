@@ -53,6 +53,7 @@ from .._write.quantize import Quantization, QuantPart, quantize
 from .nbits_reshape import output_reshape, static_rank
 
 __all__ = [
+    "MAX_BLOCK",
     "OP_TYPES",
     "QuantizedGraph",
     "Settings",
@@ -63,6 +64,7 @@ __all__ = [
 
 OP_TYPES = ("MatMul", "Gemm", "Gather")
 MS_DOMAIN = "com.microsoft"
+MAX_BLOCK = 256  # MLAS's largest block (onnxruntime's quantizer fails beyond it)
 _WEIGHT_DTYPES = (FLOAT, FLOAT16, BFLOAT16)  # MatMul and Gemm; Gather: float32 and float16
 _TABLE_DTYPES = (FLOAT, FLOAT16)
 
@@ -97,7 +99,7 @@ def check_settings(
     Raises:
         TypeError: a setting of the wrong type (naming it).
         ValueError: bits not 4 or 8, a block size that is not a power of two
-            of at least 16, an accuracy level outside 0 to 4, an op type that
+            from 16 to 256, an accuracy level outside 0 to 4, an op type that
             cannot be quantized.
     """
     for name, value in (
@@ -109,10 +111,11 @@ def check_settings(
             raise TypeError(f"{name} must be an int, got {value!r}")
     if bits not in (4, 8):
         raise ValueError(f"bits={bits}: only 4 and 8 bits are supported")
-    if block_size < 16 or block_size & (block_size - 1):
+    if block_size < 16 or block_size > MAX_BLOCK or block_size & (block_size - 1):
         raise ValueError(
-            f"block_size={block_size}: it must be a power of two, at least 16 (16, 32, 64, "
-            "128, 256...), as MatMulNBits requires"
+            f"block_size={block_size}: it must be a power of two, at least 16, at most "
+            f"{MAX_BLOCK} (16, 32, 64, 128, 256), as MatMulNBits and onnxruntime's "
+            "quantizer require"
         )
     if not 0 <= accuracy_level <= 4:
         raise ValueError(
@@ -167,6 +170,9 @@ class _Pass:
         self.inserts: list[tuple[onnx.GraphProto, dict[int, list]]] = []  # children first
         self.replaced: list[tuple[onnx.GraphProto, onnx.TensorProto]] = []
         self.gather = False
+        self.taken: set[str] = set()  # every name of the model: no new tensor may take one
+        _all_names(model.graph, self.taken)
+        self.made: dict[str, tuple] = {}  # new name -> (key, target, label) that made it
 
     def label(self, node: onnx.NodeProto, graph: onnx.GraphProto, index: int) -> str:
         if node.name:
@@ -219,14 +225,34 @@ class _Pass:
                 "bfloat16 weights can be quantized; leave the node out with nodes_to_exclude"
             )
 
-    def new_tensors(self, weight, graph, q: Quantization, transposed: bool) -> list[str]:
+    def new_tensors(
+        self, weight, graph, q: Quantization, transposed: bool, reader: str
+    ) -> list[str]:
         """The names of the new initializers of ``weight`` quantized by ``q``; they are
         made once per weight (:meth:`make`), placed after its last reader's, as
-        onnxruntime's clean-up leaves the last of the copies it makes per reader."""
+        onnxruntime's clean-up leaves the last of the copies it makes per reader.
+
+        Raises:
+            ValueError: a name is one the model already uses, or one another form of
+                the weight takes (a MatMul's B and a Gather's table).
+        """
         key = (id(weight), transposed)
         base = weight.name + ("_T" if transposed else "")
         suffix = {"B": f"_Q{q.bits}", "data": "_Q4", "scales": "_scales"}
         names = [base + suffix.get(part, "_" + part) for part in q.outputs()]
+        for name in names:
+            made = self.made.setdefault(name, (key, q.target, reader))
+            what = f"{reader} of {shown(self.src)}: quantizing its weight {weight.name!r} makes"
+            if made[:2] != (key, q.target):
+                raise ValueError(
+                    f"{what} the initializer {name!r}, which {made[2]} makes of it as "
+                    f"{made[1]}: leave one of them out with nodes_to_exclude"
+                )
+            if name in self.taken:
+                raise ValueError(
+                    f"{what} the initializer {name!r}, a name the model already uses: rename "
+                    "that tensor, or leave the node out with nodes_to_exclude"
+                )
         self.pending.pop(key, None)
         self.pending[key] = ("weight", weight, graph, q, names)
         _drop_input(graph, weight.name)
@@ -317,7 +343,7 @@ class _Pass:
             s.symmetric,
             transposed,
         )
-        names = self.new_tensors(weight, graph, q, transposed)
+        names = self.new_tensors(weight, graph, q, transposed, f"{node.op_type} node {label!r}")
         k, n = dims[::-1] if transposed else dims
         inputs = [node.input[0], *names]
         if bias is not None:
@@ -351,7 +377,7 @@ class _Pass:
         q = Quantization(
             "GatherBlockQuantized", weight.data_type, tuple(dims), 4, s.block_size, s.symmetric
         )
-        names = self.new_tensors(weight, graph, q, False)
+        names = self.new_tensors(weight, graph, q, False, f"Gather node {label!r}")
         axis = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), 0)
         new = helper.make_node(
             "GatherBlockQuantized",
@@ -418,6 +444,21 @@ def _reads(graph: onnx.GraphProto, read: set[str]) -> None:
                 _reads(sub, read)
 
 
+def _all_names(graph: onnx.GraphProto, names: set[str]) -> None:
+    """Every name ``graph`` and its subgraphs define or read: initializers, inputs,
+    outputs, node inputs and outputs."""
+    names.update(t.name for t in graph.initializer)
+    names.update(t.values.name for t in graph.sparse_initializer)
+    names.update(v.name for v in graph.input)
+    names.update(v.name for v in graph.output)
+    for node in graph.node:
+        names.update(node.input)
+        names.update(node.output)
+        for attribute in node.attribute:
+            for sub in [attribute.g] if attribute.HasField("g") else attribute.graphs:
+                _all_names(sub, names)
+
+
 def _drop_input(graph: onnx.GraphProto, name: str) -> None:
     for i, value in enumerate(graph.input):
         if value.name == name:
@@ -447,8 +488,10 @@ def quantize_graph(model: onnx.ModelProto, settings: Settings, src: str) -> Quan
 
     Raises:
         ValueError: ``nodes_to_exclude`` names a node the model does not have,
-            or a weight to quantize is not float32, float16 or bfloat16 (naming the node,
-            the weight and its dtype).
+            a weight to quantize is not float32, float16 or bfloat16 (naming the node,
+            the weight and its dtype), or a new initializer's name is one the model
+            already uses or one another form of the same weight takes (naming the
+            node, the weight and the name).
     """
     names: set[str] = set()
     _node_names(model.graph, names)
