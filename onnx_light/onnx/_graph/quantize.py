@@ -170,9 +170,12 @@ class _Pass:
         self.inserts: list[tuple[onnx.GraphProto, dict[int, list]]] = []  # children first
         self.replaced: list[tuple[onnx.GraphProto, onnx.TensorProto]] = []
         self.gather = False
-        self.taken: set[str] = set()  # every name of the model: no new tensor may take one
-        _all_names(model.graph, self.taken)
-        self.made: dict[str, tuple] = {}  # new name -> (key, target, label) that made it
+        # the names of each graph and its subgraphs, before any change: a new tensor
+        # appended to a graph takes none of them (a subgraph may hold a W_Q4 of its own);
+        # each graph is kept with its names (an id is that of a live object)
+        self.taken: dict[int, tuple[onnx.GraphProto, set[str]]] = {}
+        _scope_names(model.graph, self.taken)
+        self.made: dict[tuple, tuple] = {}  # (graph, new name) -> (key, target, reader)
 
     def label(self, node: onnx.NodeProto, graph: onnx.GraphProto, index: int) -> str:
         if node.name:
@@ -241,14 +244,14 @@ class _Pass:
         suffix = {"B": f"_Q{q.bits}", "data": "_Q4", "scales": "_scales"}
         names = [base + suffix.get(part, "_" + part) for part in q.outputs()]
         for name in names:
-            made = self.made.setdefault(name, (key, q.target, reader))
+            made = self.made.setdefault((id(graph), name), (key, q.target, reader))
             what = f"{reader} of {shown(self.src)}: quantizing its weight {weight.name!r} makes"
             if made[:2] != (key, q.target):
                 raise ValueError(
                     f"{what} the initializer {name!r}, which {made[2]} makes of it as "
                     f"{made[1]}: leave one of them out with nodes_to_exclude"
                 )
-            if name in self.taken:
+            if name in self.taken[id(graph)][1]:
                 raise ValueError(
                     f"{what} the initializer {name!r}, a name the model already uses: rename "
                     "that tensor, or leave the node out with nodes_to_exclude"
@@ -444,10 +447,11 @@ def _reads(graph: onnx.GraphProto, read: set[str]) -> None:
                 _reads(sub, read)
 
 
-def _all_names(graph: onnx.GraphProto, names: set[str]) -> None:
-    """Every name ``graph`` and its subgraphs define or read: initializers, inputs,
-    outputs, node inputs and outputs."""
-    names.update(t.name for t in graph.initializer)
+def _scope_names(graph: onnx.GraphProto, taken: dict[int, tuple]) -> set[str]:
+    """``taken[id(g)]``: ``g`` and every name it and its subgraphs define or read
+    (initializers, inputs, outputs, node inputs and outputs), for ``graph`` and each of
+    its subgraphs."""
+    names = {t.name for t in graph.initializer}
     names.update(t.values.name for t in graph.sparse_initializer)
     names.update(v.name for v in graph.input)
     names.update(v.name for v in graph.output)
@@ -456,7 +460,9 @@ def _all_names(graph: onnx.GraphProto, names: set[str]) -> None:
         names.update(node.output)
         for attribute in node.attribute:
             for sub in [attribute.g] if attribute.HasField("g") else attribute.graphs:
-                _all_names(sub, names)
+                names |= _scope_names(sub, taken)
+    taken[id(graph)] = graph, names
+    return names
 
 
 def _drop_input(graph: onnx.GraphProto, name: str) -> None:
