@@ -56,7 +56,9 @@ fuzz: $(STAMP)
 # (about 200 MB) from the index pip is set up with, else from PyTorch's CPU index
 # (TORCH_INDEX). About 15 minutes on 2 cores the first time (installs and exports; the
 # models are cached in /var/tmp/onnx-light-realworld, REALWORLD_CACHE elsewhere);
-# REALWORLD_LARGE=1 adds the Llama at 3.5 GiB of weights (about 12 GiB of RAM).
+# REALWORLD_LARGE=1: the Llama at 3.5 GiB of weights instead (about 12 GiB of RAM, 20 GiB
+# of disk; its report is realworld_large.md); REALWORLD_ARGS="--only llama-large" runs one
+# model, --keep keeps the outputs (each step's are deleted once checked).
 RW_VENV ?= .venv-realworld
 RW_STARTED := $(shell date +%s)
 RW_PY := $(RW_VENV)/bin/python

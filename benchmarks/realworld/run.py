@@ -72,6 +72,8 @@ def measure(commands: list[list[str]], scratch: str) -> dict:
         for k in ("vm_hwm", "peak_anon", "peak_file"):
             total[k] = max(total[k], r[k])
         total["lines"] += len(r["output"].splitlines())
+        ways = [x[5:] for x in r["output"].splitlines() if x.startswith("way: ")]
+        total["ways"] = sorted(set(total.get("ways", [])) | set(ways))
         if r["exit"] != 0 and total["error"] is None:
             detail = r["error"] or r["output"].strip().splitlines()[-1:]
             total["error"] = f"exit {r['exit']}: {detail} (worker {' '.join(argv)})"
@@ -233,13 +235,22 @@ def check_step(step: plan.Step, base: Baselines) -> list[tuple[str, str | None]]
     return results
 
 
-def run(size: str, work: str) -> tuple[list[dict], dict]:
-    """Build, run every step, check; returns the report's rows and the run's facts."""
+def run(
+    size: str, work: str, only: list[str] | None = None, keep: bool = False
+) -> tuple[list[dict], dict]:
+    """Build, run every step, check; returns the report's rows and the run's facts.
+
+    Args:
+        size: the Llama's size (``small`` or ``large``).
+        work: the folder of the outputs (emptied first).
+        only: the names of the sources to run (default: all), e.g. ``llama-large``.
+        keep: keep every output (by default each step's are deleted once checked).
+    """
     import onnx_light.onnx as onnxl
 
     t0 = time.perf_counter()
     facts = {"size": size, "versions": models.versions(), "commit": measured_commit()}
-    srcs = plan.sources(size)
+    srcs = [s for s in plan.sources(size) if not only or s.name in only]
     facts["build_seconds"] = time.perf_counter() - t0
     help_text = subprocess.run(
         [sys.executable, "-m", "onnx_light", "align", "--help"], capture_output=True, text=True
@@ -261,7 +272,7 @@ def run(size: str, work: str) -> tuple[list[dict], dict]:
             r = measure(step.references, work)
             name = "float16 converter" if step.verb == "convert" else "MatMulNBitsQuantizer"
             refrow = _row(step, f"{step.verb}: onnxruntime's {name}", r)
-            refrow["checks"] = "the reference"
+            refrow["checks"] = "; ".join(["the reference", *r.get("ways", [])])
             refrow["result"] = "ok" if not r["error"] else f"FAILED: {r['error']}"
         if step.copy_files and step.out:
             for s in step.sources:
@@ -282,6 +293,10 @@ def run(size: str, work: str) -> tuple[list[dict], dict]:
         else:
             row["checks"] = f"exit 0, {m['lines']} lines"
             row["result"] = "ok"
+        if not keep:  # the outputs of a large model take gigabytes each
+            for folder in (step.out, step.ref_out):
+                if folder:
+                    shutil.rmtree(folder, ignore_errors=True)
         print(
             f"{row['model']:28} {row['verb']:44} {row['seconds']:7.2f} s {row['result'][:200]}",
             flush=True,
@@ -390,12 +405,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--output", default=None, help="the report (default: in benchmarks/proofs/results)"
     )
+    p.add_argument("--keep", action="store_true", help="keep the outputs under --work")
+    p.add_argument("--only", default=None, help="sources, comma-separated (default: all)")
     p.add_argument("--started", type=float, default=None, help="when make started (epoch s)")
     args = p.parse_args(argv)
     output = args.output or report_path(
         "realworld.md" if args.size == "small" else "realworld_large.md"
     )
-    rows, facts = run(args.size, args.work)
+    only = args.only.split(",") if args.only else None
+    rows, facts = run(args.size, args.work, only, args.keep)
     facts["started"] = args.started
     write_report(output, report(rows, facts), rows)
     return 1 if any(r["result"] != "ok" for r in rows) else 0

@@ -7,7 +7,9 @@ Usage: ``python -m benchmarks.realworld.worker RESULT.json KIND ARG...``. ``KIND
   (``load(SRC, load_external_data=False, skip_raw_data=True)``), a metadata entry
   added (an edit no output depends on), ``save_edited(model, SRC, DST)``: a compact copy;
 - ``ort_float16 SRC DST``: onnxruntime's converter, the usual way (``onnx.load``,
-  ``convert_float_to_float16``, ``onnx.save`` with external data);
+  ``convert_float_to_float16``, ``onnx.save`` with external data); over 2 GiB, where
+  onnx's shape inference refuses the loaded proto, the converter given the path (its
+  own way around the limit: ``infer_shapes_path``);
 - ``quantize SRC DST``: ``onnx_light.onnx.quantize_weights(SRC, DST)``, its defaults;
 - ``ort_quantize SRC DST``: onnxruntime's ``MatMulNBitsQuantizer`` with its defaults
   (4 bits, blocks of 128, asymmetric), the usual way (``onnx.load``, ``process``,
@@ -53,7 +55,14 @@ def _ort_float16(src: str, dst: str) -> int:
     import onnx
     from onnxruntime.transformers import float16
 
-    model = float16.convert_float_to_float16(onnx.load(src))
+    try:
+        model = float16.convert_float_to_float16(onnx.load(src))
+    except ValueError as e:  # over 2 GiB, onnx's shape inference refuses the proto
+        if "2GB" not in str(e) and "2 GB" not in str(e):
+            raise
+        # the converter's own way around it: given the path
+        print("way: the converter given the path (over 2 GiB)")
+        model = float16.convert_float_to_float16(src)
     location = os.path.basename(dst) + ".data"
     onnx.save(model, dst, save_as_external_data=True, location=location)
     return 0
