@@ -29,7 +29,13 @@ fails on it), and an integer Gather table is left (onnxruntime would
 "quantize" it); the default opset is raised to 21 and the IR version to 10
 (int4 types) only when a Gather is quantized (onnxruntime does it whenever
 Gather is among the op types); only the weights replaced are removed when
-unused (onnxruntime removes every unused initializer).
+unused (onnxruntime removes every unused initializer); the ``com.microsoft``
+opset is imported only when a node is replaced (onnxruntime imports it
+always); at 8 bits a Gather is left (onnxruntime makes it int4 whatever the
+bits); a name the quantizer would make that its graph already uses (an
+existing ``W_Q4``), or that two forms of one weight would both take (a
+MatMul's B that is also a Gather's table), is refused before anything is
+written (onnxruntime writes a model its checker or its session refuses).
 
 A weight in memory (a small one the scan kept inline) is quantized here; an
 external one becomes references to its bytes, each with a
