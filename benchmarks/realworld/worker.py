@@ -53,12 +53,13 @@ def _save_edited(src: str, dst: str) -> int:
 
 def _ort_float16(src: str, dst: str) -> int:
     import onnx
+    from google.protobuf.message import EncodeError
     from onnxruntime.transformers import float16
 
     try:
         model = float16.convert_float_to_float16(onnx.load(src))
-    except ValueError as e:  # over 2 GiB, onnx's shape inference refuses the proto
-        if "2GB" not in str(e) and "2 GB" not in str(e):
+    except (ValueError, EncodeError) as e:  # over 2 GiB: onnx's shape inference refuses it
+        if not isinstance(e, EncodeError) and "2GB" not in str(e):
             raise
         # the converter's own way around it: given the path
         print("way: the converter given the path (over 2 GiB)")
