@@ -349,6 +349,9 @@ SHORT = {
     "floor_dedup": "the one-loop floor",
     "floor_cast": "a numpy loop",
     "ort_convert": "onnxruntime's converter",
+    "quantize": "int4 quantize",
+    "floor_quantize": "a loop over onnxruntime's function",
+    "ort_quantize": "onnxruntime's quantizer",
 }
 for _op in ("ir_align", "ir_align_aligned", "ir_align_many", "ir_align_single", "ir_dedup"):
     SHORT[_op] = "onnx-ir"
@@ -378,6 +381,7 @@ GROUP_TITLES = {
     "dedupmany": "Deduplicate 200,000 tiny tensors",
     "convert": "Convert to float16",
     "convertmany": "Convert 200,000 tiny tensors to float16",
+    "quantize": "Quantize 1 GiB of MatMul weights to int4",
     "durable": "durable and drop_behind re-aligns",
     "cold": "Cold page cache, 4 GiB",
     "cgroup": "8 GiB in a memory cgroup of 2 GiB, cold",

@@ -123,7 +123,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             p.error(f"--{opt.replace('_', '-')}: one of {', '.join(sources.SIZES)}")
     if args.smoke:
         args.sizes_of = {"two": ["2MiB"], "large": [], "single": ["2MiB"], "pair": ["2MiB"]}
-        args.sizes_of.update(durable=["2MiB"], cold=["2MiB"], cgroup=["2MiB"])
+        args.sizes_of.update(durable=["2MiB"], cold=["2MiB"], cgroup=["2MiB"], matmul=["2MiB"])
     else:
         args.sizes_of = {
             "two": ["96MiB", "1GiB"],
@@ -133,6 +133,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             "durable": [args.durable_size],
             "cold": [args.cold_size],
             "cgroup": [args.cgroup_size],
+            "matmul": ["1GiB"],
         }
     if args.canary_mib is None:
         args.canary_mib = 1 if args.smoke else 1024
@@ -328,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
             used = {GROUPS[g][1] for g in args.groups}
             need = {k: v if k in used else [] for k, v in args.sizes_of.items()}
             two = need["two"] + need["large"] + need["durable"] + need["cold"] + need["cgroup"]
-            sources.ensure(workdir, two, need["single"], log, pair=need["pair"])
+            sources.ensure(
+                workdir, two, need["single"], log, pair=need["pair"], matmul=need["matmul"]
+            )
             main_plan = _cold_plan(main_plan, headings)
             if any(condition(op) for _, ops in main_plan for op in ops):
                 sources.ensure_canary(workdir, args.canary_mib * sources.MiB, log)

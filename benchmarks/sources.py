@@ -14,6 +14,8 @@ Layout of the work dir, for each size name ``S``::
     twins-S/a.onnx, b.onnx (+ .data each)  200,000 tensors of 64 bytes in all, many
                                            twins within and across the two (pair sizes)
     twinsq-S/a.onnx, b.onnx (+ .data each) a quarter as many
+    matmul-S/model.onnx (+ .data)          a chain of MatMul on float32 weights, written
+                                           tensor by tensor (the quantize sizes)
     out/                                   scratch space of the workers
 
 ``manifest.json`` records what was written; a later run with the same
@@ -39,6 +41,10 @@ SIZES = {
     "4GiB": (256, 2048),  # --large
     "8GiB": (512, 2048),  # the cgroup group: written tensor by tensor
 }
+# name -> (n_weights, dim) of the MatMul chains the quantizer reads: 16 x 4096² at 1 GiB
+# (the memory proof's: 512 MiB, 2 GiB and 8 GiB, the same largest tensor)
+MATMUL = {"tiny": (2, 128), "2MiB": (8, 256), "1GiB": (16, 4096)}
+MATMUL.update({"256MiB": (4, 4096), "512MiB": (8, 4096), "2GiB": (32, 4096), "8GiB": (128, 4096)})
 STREAM_ABOVE = 4 * 1024**3  # two-file sources larger than this are written tensor by tensor
 CANARY = "canary.bin"  # the cold groups' canary: read before a copy, its residency after
 # name -> nodes of benchmarks.harness.make_forest_model (500,000 nodes: about 21 MB)
@@ -51,7 +57,7 @@ LEAD_TABLE = 8000  # bytes of the int64 table before the weights of the two-file
 SINGLE_KINDS = ("single", "aligned", "forest", "many", "quarter")
 # the dedup sources: pairs of models, written at the "pair" sizes
 PAIR_KINDS = ("pair", "twins", "twinsq")
-KINDS = ("two", *SINGLE_KINDS, *PAIR_KINDS)
+KINDS = ("two", *SINGLE_KINDS, *PAIR_KINDS, "matmul")
 MANY_KINDS = ("many", "quarter", "twins", "twinsq")  # the per-tensor cost's sources
 NEW_EVERY = 8  # b.onnx of a pair: weights (and biases) 0, 8, 16... differ from a.onnx's
 TWIN_POOL = 8  # the twins pairs: n / 8 distinct byte strings for n tensors
@@ -90,6 +96,14 @@ class Paths:
     @property
     def aligned_data(self) -> str:
         return os.path.join(self.root, f"aligned-{self.size}", DATA)
+
+    @property
+    def matmul(self) -> str:
+        return os.path.join(self.root, f"matmul-{self.size}", MODEL)
+
+    @property
+    def matmul_data(self) -> str:
+        return os.path.join(self.root, f"matmul-{self.size}", DATA)
 
     @property
     def many(self) -> str:
@@ -142,7 +156,7 @@ def _write(paths: Paths, kind: str, log) -> None:
     import onnx_light.onnx as onnxl
     from benchmarks.harness import make_gemm_model
 
-    n, dim = SIZES[paths.size]
+    n, dim = SIZES.get(paths.size, (0, 0))  # the Gemm kinds (MatMul chains: MATMUL)
     target = paths.target(kind)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     t0 = time.perf_counter()
@@ -156,6 +170,8 @@ def _write(paths: Paths, kind: str, log) -> None:
         _write_pair(paths.models(kind), n, dim)
     elif kind in ("twins", "twinsq"):
         _write_twins(paths.models(kind), _spec(paths.size, kind)[0])
+    elif kind == "matmul":
+        _write_matmul(target, *MATMUL[paths.size])
     elif kind in ("many", "quarter"):
         from benchmarks.harness import make_many_tensors_model
 
@@ -210,6 +226,41 @@ def _write_two_streaming(target: str, n: int, dim: int) -> None:
     graph = helper.make_graph(
         nodes,
         "gemm_chain",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", dim])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", dim])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    save(model, target)
+
+
+def _write_matmul(target: str, n: int, dim: int) -> None:
+    """A chain of ``n`` MatMul nodes on ``[dim, dim]`` float32 weights (two files), written
+    tensor by tensor: what the quantizer reads (its default op type is MatMul)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    rng = np.random.default_rng(43)
+    scale = np.float32(1.0 / np.sqrt(dim))
+    inits, nodes = [], []
+    x = "X"
+    with open(os.path.join(os.path.dirname(target), DATA), "wb") as f:
+        for i in range(n):
+            t = numpy_helper.from_array(
+                rng.standard_normal((dim, dim), dtype=np.float32) * scale, f"W{i}"
+            )
+            offset = f.tell()
+            f.write(t.raw_data)
+            t.ClearField("raw_data")
+            _external(t, DATA, offset, f.tell() - offset)
+            inits.append(t)
+            y = "Y" if i == n - 1 else f"H{i}"
+            nodes.append(helper.make_node("MatMul", [x, f"W{i}"], [y], name=f"matmul{i}"))
+            x = y
+    graph = helper.make_graph(
+        nodes,
+        "matmul_chain",
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", dim])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", dim])],
         inits,
@@ -322,11 +373,23 @@ def _spec(size: str, kind: str) -> list:
         return [*SIZES[size], LEAD_TABLE, NEW_EVERY]
     if kind in ("two", "aligned"):
         return [*SIZES[size], LEAD_TABLE]
+    if kind == "matmul":
+        return [*MATMUL[size], "matmul"]
     return list(SIZES[size])
 
 
+def _weight_bytes(size: str, kind: str) -> int:
+    n, dim = MATMUL[size] if kind == "matmul" else SIZES[size]
+    return n * dim * dim * 4
+
+
 def ensure(
-    root: str, two_file: list[str], single_file: list[str], log=print, pair: list[str] = ()
+    root: str,
+    two_file: list[str],
+    single_file: list[str],
+    log=print,
+    pair: list[str] = (),
+    matmul: list[str] = (),
 ) -> None:
     """Write the sources missing from ``root`` (two-file, single-file and aligned models).
 
@@ -338,6 +401,7 @@ def ensure(
             tree ensemble and the many-tensor models.
         log: where progress lines go.
         pair: size names needing the dedup sources (:data:`PAIR_KINDS`).
+        matmul: size names needing a MatMul chain (:data:`MATMUL`), the quantizer's.
     """
     os.makedirs(os.path.join(root, "out"), exist_ok=True)
     manifest_path = os.path.join(root, "manifest.json")
@@ -348,7 +412,8 @@ def ensure(
     wanted = [(s, "two") for s in set(two_file) | set(single_file) | {"tiny"}]
     wanted += [(s, k) for s in set(single_file) | {"tiny"} for k in SINGLE_KINDS]
     wanted += [(s, k) for s in set(pair) | ({"tiny"} if pair else set()) for k in PAIR_KINDS]
-    wanted.sort(key=lambda sk: (SIZES[sk[0]][0] * SIZES[sk[0]][1] ** 2, sk[1] == "aligned"))
+    wanted += [(s, "matmul") for s in set(matmul) | ({"tiny"} if matmul else set())]
+    wanted.sort(key=lambda sk: (_weight_bytes(*sk), sk[1] == "aligned"))
     wrote = False
     for size, kind in wanted:
         key = f"{kind}-{size}"

@@ -76,6 +76,9 @@ GROUPS = {
         ],
         "single",
     ),
+    # float32 MatMul weights -> int4 (MatMulNBits) without loading, against the floor and
+    # onnxruntime's quantizer
+    "quantize": (["quantize", "floor_quantize", "ort_quantize"], "matmul"),
     # at 1 GiB: durable=True and drop_behind=True, warm and cold
     "durable": (
         [
@@ -148,6 +151,9 @@ TIMELINE = {
     "ort_single",
     "align_single",
     "ir_align_single",
+    "quantize",
+    "floor_quantize",
+    "ort_quantize",
 }
 
 LABELS = {
@@ -217,6 +223,12 @@ LABELS = {
     "floor_cast": "floor: one loop reading 16 MiB chunks, numpy astype(float16), write",
     "ort_convert": "onnx.load + onnxruntime's convert_float_to_float16 + onnx.save",
     "cg_convert": "onnxl.convert_float_to_float16, cold, in the cgroup",
+    "quantize": "onnxl.quantize_weights (4 bits, blocks of 128, asymmetric: onnxruntime's "
+    "defaults), weights read in slabs of whole blocks",
+    "floor_quantize": "floor: one loop reading each weight whole, onnxruntime's "
+    "quantize_matmul_4bits on it, its parts written",
+    "ort_quantize": "onnx.load + onnxruntime's MatMulNBitsQuantizer (same settings) + "
+    "save_model_to_file(use_external_data_format=True)",
     "cg_ort_convert": "onnx.load + onnxruntime's converter + onnx.save, cold, in the cgroup",
 }
 for _op in ("cp", "align", "align_drop", "align_durable"):
@@ -449,6 +461,19 @@ ROWS = [
     Row("convert", "convert", "seconds", "ort_convert", "ratio", 0.5),
     Row("convert", "convert", "peak", "ort_convert", "abs", 64 * MiB),
     Row("convert", "floor_cast", "seconds", "ort_convert"),
+    # quantization is the work: at most 1.3x the one-loop floor (each weight read whole,
+    # quantized by onnxruntime's own per-tensor function, written once), no slower than
+    # onnxruntime's quantizer, at a tenth of its memory or less
+    Row("quantize", "quantize", "seconds", "floor_quantize", "ratio", 1.3),
+    Row("quantize", "quantize", "cpu", "floor_quantize"),
+    Row("quantize", "quantize", "user", "floor_quantize"),
+    Row("quantize", "quantize", "seconds", "ort_quantize", "ratio", 1.0),
+    Row("quantize", "quantize", "peak", "ort_quantize", "ratio", 0.1),
+    Row("quantize", "quantize", "anon", "ort_quantize"),
+    Row("quantize", "quantize", "file", "ort_quantize"),
+    Row("quantize", "quantize", "peak", "floor_quantize"),
+    Row("quantize", "floor_quantize", "seconds", "ort_quantize"),
+    Row("quantize", "ort_quantize", "cpu", "floor_quantize"),
     Row(
         "convertmany",
         "convert_many",
