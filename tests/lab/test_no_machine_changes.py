@@ -23,8 +23,9 @@ folder of its own under ``/sys/fs/cgroup``, made for one measurement, limited, a
 removed after (``benchmarks/cgroup.py``'s ``MemoryCgroup``); it limits only the
 processes put in it, and no setting of the machine's cgroups is written. Only
 code reached by ``benchmarks/run.py --cgroup`` makes one (the ``cgroup`` rows,
-as root), and the proof that measures in such a cgroup
-(``benchmarks/proofs/window_sync.py``, run by hand as root). Everything
+as root), and the proofs that measure in such a cgroup
+(``benchmarks/proofs/window_sync.py``, and ``benchmarks/proofs/quantize_memory.py``
+with ``--cgroup``: run by hand as root). Everything
 ``make bench`` and ``make bench-smoke`` run by default writes nothing under
 ``/sys``, ``/proc/sys`` or ``/run``: without ``--cgroup`` the suite selects no
 cgroup row, refuses one named with ``--only``, and its cold measurement refuses
@@ -111,11 +112,13 @@ ALLOWED = {
 
 
 # (file, function): the only code that makes such a cgroup (MemoryCgroup(...)): the cold
-# measurement of benchmarks/run.py, for the cgroup rows only, with --cgroup; the proof that
-# measures in a cgroup, run by hand as root
+# measurement of benchmarks/run.py, for the cgroup rows only, with --cgroup; the proofs that
+# measure in a cgroup, run by hand as root
 MAKES_A_CGROUP = {
     ("benchmarks/run.py", "measure_cold"),
     ("benchmarks/proofs/window_sync.py", "_measure"),
+    # the quantizer's memory proof, with its --cgroup option only
+    ("benchmarks/proofs/quantize_memory.py", "measure_cgroup"),
 }
 
 
