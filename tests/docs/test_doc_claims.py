@@ -17,7 +17,7 @@ cells of the gallery scripts (their docstring and the comments that follow a
 - **numbers of the report come from the build**: a paragraph that cites the
   benchmark report (``make bench``, the benchmarks page, a ``:bench:`` role)
   states no literal figure the committed reports of that page also hold
-  (``benchmarks/results/latest.csv``, ``cold.csv``, ``dedup.csv``): the
+  (``benchmarks/results/latest.csv``, ``cold.csv``, ``dedup.csv``, ``quantize.csv``): the
   report's figure rounded as the prose writes it, or an integer off by one
   (485 MiB for 484.0). Sizes (a power of two, or three times one: 96 MiB,
   4 GiB) and the reports' targets are parameters, not measurements. Such a
@@ -25,7 +25,7 @@ cells of the gallery scripts (their docstring and the comments that follow a
 - **numbers of the proof reports come from the build**: a text that names a
   proof script or its report (``ort_alignment``, ``convert_proof``,
   ``threads_proof``, ``dedup_proof``, ``edit_proof``, ``peer_settings``,
-  ``load_ab``, ``tensor_cost``, ``window_sync``, ``cold_proof``, ``ort_prepacking``:
+  ``load_ab``, ``tensor_cost``, ``window_sync``, ``cold_proof``, ``ort_prepacking``, ``quantize_memory``:
   ``benchmarks/proofs/results/NAME.md``, indexed in ``benchmarks/proofs/README.md``) states none of that report's figures (its
   tables' cells, with their column's unit, and its prose). Such a number is quoted with
   ``:report:`` (``_doc/conf.py``).
@@ -55,7 +55,7 @@ from onnx_light.cli import build_parser
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")  # make bench's reports
 PROOF_RESULTS = os.path.join(ROOT, "benchmarks", "proofs", "results")  # the proofs' reports
-REPORTS = ("latest", "cold", "dedup")  # the reports the benchmarks page shows
+REPORTS = ("latest", "cold", "dedup", "quantize")  # the reports the benchmarks page shows
 
 # -- the published texts ---------------------------------------------------------
 
@@ -322,7 +322,7 @@ def test_no_literal_figure_of_the_report_in_prose():
 PROOF_REPORTS = ("ort_alignment", "convert_proof", "threads_proof", "dedup_proof")
 PROOF_REPORTS += ("edit_proof", "peer_settings", "load_ab", "tensor_cost", "window_sync")
 PROOF_REPORTS += ("cold_proof", "memory_split")
-PROOF_REPORTS += ("ort_prepacking",)
+PROOF_REPORTS += ("ort_prepacking", "quantize_memory")
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 _UNITS = {"s": "s", "MiB": "MiB", "GiB": "MiB", "KiB": "MiB", "MB": "MB", "GB": "MB"}
 _UNITS |= {"x": "x", "times": "x", "us": "us"}  # microseconds: the cost of a tensor
