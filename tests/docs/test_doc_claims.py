@@ -25,7 +25,8 @@ cells of the gallery scripts (their docstring and the comments that follow a
 - **numbers of the proof reports come from the build**: a text that names a
   proof script or its report (``ort_alignment``, ``convert_proof``,
   ``threads_proof``, ``dedup_proof``, ``edit_proof``, ``peer_settings``,
-  ``load_ab``, ``tensor_cost``, ``window_sync``, ``cold_proof``, ``ort_prepacking``, ``quantize_memory``:
+  ``load_ab``, ``tensor_cost``, ``window_sync``, ``cold_proof``, ``ort_prepacking``, ``quantize_memory``,
+  ``quantize_proof``:
   ``benchmarks/proofs/results/NAME.md``, indexed in ``benchmarks/proofs/README.md``) states none of that report's figures (its
   tables' cells, with their column's unit, and its prose). Such a number is quoted with
   ``:report:`` (``_doc/conf.py``).
@@ -323,6 +324,7 @@ PROOF_REPORTS = ("ort_alignment", "convert_proof", "threads_proof", "dedup_proof
 PROOF_REPORTS += ("edit_proof", "peer_settings", "load_ab", "tensor_cost", "window_sync")
 PROOF_REPORTS += ("cold_proof", "memory_split")
 PROOF_REPORTS += ("ort_prepacking", "quantize_memory")
+PROOF_REPORTS += ("quantize_proof",)
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 _UNITS = {"s": "s", "MiB": "MiB", "GiB": "MiB", "KiB": "MiB", "MB": "MB", "GB": "MB"}
 _UNITS |= {"x": "x", "times": "x", "us": "us"}  # microseconds: the cost of a tensor
@@ -435,6 +437,7 @@ def test_the_proof_reports_have_figures():
         ("dedup_proof", "merge_decoders peaked at 2.87 GiB"),
         ("edit_proof", "The Extractor held 5,762 MiB at its peak."),
         ("ort_prepacking", "The float32 session keeps 927 MiB of its own; int4 185 MiB."),
+        ("quantize_proof", "On the Llama, onnxruntime's quantizer peaked at 236 MiB."),
     ],
 )
 def test_the_proof_guard_catches_a_figure_typed_by_hand(report, paragraph):
