@@ -13,9 +13,8 @@ from ._args import (
     add_write_flags,
     output_arg,
     size_arg,
-    with_progress,
 )
-from ._files import add_with_files_flag, exporter_files, output_notes, own_folder
+from ._files import add_with_files_flag, run_one_model
 from ._text import aligned, left_over, plural, printable
 
 __all__ = ["add_parser"]
@@ -31,25 +30,20 @@ def cmd_align(args: argparse.Namespace) -> int:
     Returns:
         The exit code, 0.
     """
-    extra = [] if own_folder(args.src, args.dst) else exporter_files([args.src])
-    result, elapsed = with_progress(
+    return run_one_model(
         args,
-        f"align {os.path.basename(args.src)}",
-        lambda options: align_external_data_streaming(
+        "align",
+        lambda options, files: align_external_data_streaming(
             args.src,
             args.dst,
             args.weights,
             options=options,
-            with_files=extra if args.with_files else (),
+            with_files=files,
             inline_below=args.inline_below,
             rewrite=args.rewrite,
         ),
+        _align_summary,
     )
-    if not args.quiet:
-        print(_align_summary(args, result, elapsed))
-        for line in output_notes(args, extra, result):
-            print(line)
-    return 0
 
 
 def _align_summary(args: argparse.Namespace, result: AlignResult, elapsed: float) -> str:

@@ -8,8 +8,8 @@ import os
 from onnx_light._progress import human, rate
 from onnx_light.onnx import ConvertResult, convert_float_to_float16
 
-from ._args import add_layout_flags, add_write_flags, limit_arg, output_arg, with_progress
-from ._files import add_with_files_flag, exporter_files, output_notes, own_folder
+from ._args import add_layout_flags, add_write_flags, limit_arg, output_arg
+from ._files import add_with_files_flag, run_one_model
 from ._text import aligned, left_over, plural, printable
 
 __all__ = ["add_parser"]
@@ -52,11 +52,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
     Returns:
         The exit code, 0.
     """
-    extra = [] if own_folder(args.src, args.dst) else exporter_files([args.src])
-    result, elapsed = with_progress(
+    return run_one_model(
         args,
-        f"convert {os.path.basename(args.src)}",
-        lambda options: convert_float_to_float16(
+        "convert",
+        lambda options, files: convert_float_to_float16(
             args.src,
             args.dst,
             args.weights,
@@ -66,14 +65,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
             min_positive_val=args.min_positive_val,
             max_finite_val=args.max_finite_val,
             options=options,
-            with_files=extra if args.with_files else (),
+            with_files=files,
         ),
+        _summary,
     )
-    if not args.quiet:
-        print(_summary(args, result, elapsed))
-        for line in output_notes(args, extra, result):
-            print(line)
-    return 0
 
 
 def _summary(args: argparse.Namespace, result: ConvertResult, elapsed: float) -> str:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable, Sequence
 
+from ._args import with_progress
 from ._text import printable
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "files_notes",
     "output_notes",
     "own_folder",
+    "run_one_model",
 ]
 
 
@@ -68,6 +71,39 @@ def add_with_files_flag(p: argparse.ArgumentParser, where: str) -> None:
         "link is refused by name and nothing is written. A genai_config.json names the "
         "output models when they are written under other names",
     )
+
+
+def run_one_model(
+    args: argparse.Namespace,
+    verb: str,
+    write: Callable[[object, Sequence[str]], object],
+    summary: Callable[[argparse.Namespace, object, float], str],
+) -> int:
+    """Run a command of one SRC and one DST (align, convert, quantize): the exporter's
+    files when ``--with-files`` asks for them, the progress bar, the summary, then what
+    was copied.
+
+    Args:
+        args: the parsed arguments (src, dst, with_files, quiet and the write flags).
+        verb: the command's name, shown beside the progress bar.
+        write: calls the library with the options and the files to copy beside the
+            new model; returns its result.
+        summary: the command's summary of the result and the seconds it took.
+
+    Returns:
+        The exit code, 0.
+    """
+    extra = [] if own_folder(args.src, args.dst) else exporter_files([args.src])
+    result, elapsed = with_progress(
+        args,
+        f"{verb} {os.path.basename(args.src)}",
+        lambda options: write(options, extra if args.with_files else ()),
+    )
+    if not args.quiet:
+        print(summary(args, result, elapsed))
+        for line in output_notes(args, extra, result):
+            print(line)
+    return 0
 
 
 def output_notes(args: argparse.Namespace, extra: list[str], result) -> list[str]:

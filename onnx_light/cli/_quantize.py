@@ -8,8 +8,8 @@ import os
 from onnx_light._progress import human, rate
 from onnx_light.onnx import QuantizeResult, quantize_weights
 
-from ._args import add_layout_flags, add_write_flags, output_arg, with_progress
-from ._files import add_with_files_flag, exporter_files, output_notes, own_folder
+from ._args import add_layout_flags, add_write_flags, output_arg
+from ._files import add_with_files_flag, run_one_model
 from ._text import aligned, left_over, plural, printable
 
 __all__ = ["add_parser"]
@@ -50,11 +50,10 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     Returns:
         The exit code, 0.
     """
-    extra = [] if own_folder(args.src, args.dst) else exporter_files([args.src])
-    result, elapsed = with_progress(
+    return run_one_model(
         args,
-        f"quantize {os.path.basename(args.src)}",
-        lambda options: quantize_weights(
+        "quantize",
+        lambda options, files: quantize_weights(
             args.src,
             args.dst,
             args.weights,
@@ -65,14 +64,10 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             nodes_to_exclude=args.exclude,
             op_types=args.op_types,
             options=options,
-            with_files=extra if args.with_files else (),
+            with_files=files,
         ),
+        _summary,
     )
-    if not args.quiet:
-        print(_summary(args, result, elapsed))
-        for line in output_notes(args, extra, result):
-            print(line)
-    return 0
 
 
 def _summary(args: argparse.Namespace, result: QuantizeResult, elapsed: float) -> str:

@@ -213,20 +213,12 @@ def convert_float_to_float16(
             bytes inline).
         with_files: files of the source's folder to copy beside the new
             model, each under its own name (an exporter's ``config.json``,
-            ``generation_config.json``, tokenizer files, ``genai_config.json``),
-            in the same commit, under
-            :func:`~onnx_light.onnx.deduplicate_external_data`'s rules: a
-            folder, the source model or a weights file it reads is refused,
-            and so is a file that, once links are resolved, lies outside the
-            model's folder (or the folder of the model file's real path: a
-            Hugging Face snapshot's ``blobs/``), or is not a regular file
-            with a single hard link, before anything is written; a file of
-            that name in the destination folder is replaced; a full disk
-            leaves none of them under its final name. A file whose
-            destination is itself (the destination folder is the source's)
-            is left as it is. A ``genai_config.json`` naming the model is
-            copied naming the new file when the model is written under
-            another name. Listed in ``files_copied`` (``files_rewritten``).
+            tokenizer files, ``genai_config.json``), in the same commit, under
+            :func:`~onnx_light.onnx.deduplicate_external_data`'s rules (never a
+            weights file, a folder or a file from outside the model's folder;
+            nothing is copied into the source's own folder). A ``genai_config.json`` naming the
+            model is copied naming the new file. Listed in ``files_copied``
+            (``files_rewritten``).
 
     Returns:
         A :class:`ConvertResult`: an int, the bytes of the weights files
